@@ -1,0 +1,37 @@
+"""moonbox: run untrusted Lua mods inside a game server, under budgets that hold with the JIT on."""
+
+from ._errors import (
+    BindingError,
+    BudgetExceeded,
+    ConfigError,
+    Frame,
+    HostError,
+    MoonboxError,
+    SandboxClosed,
+    ScriptError,
+)
+from .bindings import Binding, default_bindings
+from .sandbox import Budget, Chunk, HostCall, Outcome, Run, Sandbox, Stats, ValueLimits
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Binding",
+    "BindingError",
+    "Budget",
+    "BudgetExceeded",
+    "Chunk",
+    "ConfigError",
+    "Frame",
+    "HostCall",
+    "HostError",
+    "MoonboxError",
+    "Outcome",
+    "Run",
+    "Sandbox",
+    "SandboxClosed",
+    "ScriptError",
+    "Stats",
+    "ValueLimits",
+    "default_bindings",
+]

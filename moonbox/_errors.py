@@ -1,0 +1,168 @@
+"""The one exception tree of moonbox.
+
+Script faults (:class:`ScriptError` and its kinds) are the mod's doing and are what a modder
+or the Programmer sees. Everything else under :class:`MoonboxError` is the host's concern:
+a bad configuration, a closed sandbox, a bug.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = [
+    "BindingError",
+    "BudgetExceeded",
+    "BudgetKind",
+    "ConfigError",
+    "ErrorKind",
+    "Frame",
+    "HostError",
+    "MoonboxError",
+    "SandboxClosed",
+    "ScriptError",
+]
+
+ErrorKind = Literal["syntax", "runtime", "budget", "denied"]
+BudgetKind = Literal["steps", "memory", "time"]
+
+
+class MoonboxError(Exception):
+    """Base class of every error moonbox raises."""
+
+
+class ConfigError(MoonboxError, ValueError):
+    """A limit or option that cannot be enforced as given."""
+
+
+class HostError(MoonboxError):
+    """A fault of the host side (a bug in moonbox or in a host binding), not of the mod."""
+
+
+class BindingError(MoonboxError):
+    """Raised by a host function to fail the call: the mod sees ``name: <this message>``.
+
+    ``reason`` is a stable code for programs (``invalid_arguments``, ``denied``, ...).
+    """
+
+    def __init__(self, message: str, *, reason: str = "invalid_arguments") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class SandboxClosed(MoonboxError):
+    """The sandbox or run was closed (or replaced after an out-of-memory trip)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One frame of the mod's own code in a traceback, innermost first."""
+
+    chunk: str
+    line: int | None
+    function: str | None
+
+    def __str__(self) -> str:
+        where = f"{_short(self.chunk)}:{self.line}" if self.line else _short(self.chunk)
+        return f"{where}: in {self.function}" if self.function else f"{where}: in function"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"chunk": self.chunk, "line": self.line, "function": self.function}
+
+
+def _short(chunk: str | None) -> str:
+    if not chunk:
+        return "?"
+    return chunk[1:] if chunk[0] in "@=" else chunk
+
+
+class ScriptError(MoonboxError):
+    """A fault of the mod's script: its syntax, a runtime error, a budget, a denial.
+
+    Attributes:
+        kind: ``syntax``, ``runtime``, ``budget`` or ``denied``.
+        message: what went wrong, without the position prefix.
+        chunk: the chunk name (``@mods/waves/main.lua``), when known.
+        line: the line in that chunk, when known.
+        traceback: the mod's own frames, innermost first.
+    """
+
+    kind: ErrorKind = "runtime"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        chunk: str | None = None,
+        line: int | None = None,
+        traceback: tuple[Frame, ...] = (),
+        kind: ErrorKind | None = None,
+    ) -> None:
+        super().__init__(message)
+        if kind is not None:
+            self.kind = kind
+        self.message = message
+        self.chunk = chunk
+        self.line = line
+        self.traceback = tuple(traceback)
+
+    @property
+    def where(self) -> str:
+        """``file:line`` of the fault, or the chunk alone, or ``?``."""
+        if self.line:
+            return f"{_short(self.chunk)}:{self.line}"
+        return _short(self.chunk)
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}" if self.chunk else self.message
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON shape of ``moonbox run --json``."""
+        return {
+            "kind": self.kind,
+            "message": self.message,
+            "chunk": self.chunk,
+            "line": self.line,
+            "traceback": [f.to_dict() for f in self.traceback],
+        }
+
+
+class BudgetExceeded(ScriptError):
+    """A budget tripped: the run is over and cannot be resumed.
+
+    Attributes:
+        budget: ``steps``, ``memory`` or ``time``.
+        limit: the limit that tripped (steps, bytes or seconds).
+        used: what had been used when it tripped (same unit).
+    """
+
+    kind: ErrorKind = "budget"
+
+    _UNITS = {"steps": "steps", "memory": "bytes", "time": "s"}
+    _FIX = {
+        "steps": "make the loop do less per resume, or yield and continue on a later resume",
+        "memory": "keep less data alive, or build large strings and tables in parts",
+        "time": "do less work per resume, or yield and continue on a later resume",
+    }
+
+    def __init__(
+        self,
+        budget: BudgetKind,
+        limit: float,
+        used: float,
+        *,
+        chunk: str | None = None,
+        line: int | None = None,
+        traceback: tuple[Frame, ...] = (),
+    ) -> None:
+        unit = self._UNITS[budget]
+        shown_limit = f"{limit:g}" if isinstance(limit, float) else f"{limit:,}"
+        shown_used = f"{used:.3g}" if isinstance(used, float) else f"{used:,}"
+        message = (
+            f"{budget} budget exceeded: used {shown_used} {unit} of {shown_limit} {unit} "
+            f"allowed; {self._FIX[budget]}"
+        )
+        super().__init__(message, chunk=chunk, line=line, traceback=traceback)
+        self.budget: BudgetKind = budget
+        self.limit = limit
+        self.used = used

@@ -1,0 +1,56 @@
+"""The default bindings every mod gets: ``report`` and ``add``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from ..sandbox import HostCall
+from ..sandbox._marshal import format_value
+from ._binding import Binding, LuaNumber
+
+__all__ = ["ReportArgs", "AddArgs", "report", "add", "default_bindings"]
+
+
+class ReportArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    message: Any = None
+
+
+class AddArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    a: LuaNumber
+    b: LuaNumber
+
+
+def _report(call: HostCall, args: ReportArgs) -> None:
+    message = args.message
+    call.report(message if isinstance(message, str) else format_value(message, 4096))
+
+
+def _add(call: HostCall, args: AddArgs) -> int | float:
+    return args.a + args.b
+
+
+report = Binding(
+    "report",
+    ReportArgs,
+    _report,
+    risk="read",
+    cost=1,
+    description="Add one line to the run's report (strings as they are, other values rendered).",
+)
+add = Binding(
+    "add",
+    AddArgs,
+    _add,
+    risk="read",
+    cost=1,
+    description="Return a + b; both must be numbers.",
+)
+
+
+def default_bindings() -> tuple[Binding, ...]:
+    """The bindings every mod gets unless the host says otherwise: report and add."""
+    return (report, add)

@@ -1,0 +1,192 @@
+"""The ``moonbox`` command.
+
+``moonbox run`` keeps a fixed contract that other tools rely on (flags, JSON lines, exit
+codes); see README.md. Built on click (arguments, help, usage errors with exit status 2)
+and rich (readable terminal output).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from . import __version__
+from ._errors import MoonboxError, ScriptError
+from .bindings import default_bindings
+from .sandbox import Budget, Outcome, Sandbox, parse_size
+from .sandbox._marshal import format_value
+
+EXIT_OK, EXIT_SCRIPT, EXIT_USAGE, EXIT_BUDGET = 0, 1, 2, 3
+
+DEFAULT_STEPS = 10_000_000
+DEFAULT_TIME_S = 1.0
+DEFAULT_MEMORY = "64MB"
+DEFAULT_HEAP = "64MB"
+
+
+class _Size(click.ParamType):
+    name = "bytes"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        try:
+            return parse_size(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="moonbox")
+def cli() -> None:
+    """Run untrusted Lua mods under budgets that hold with the JIT on."""
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--steps", type=click.IntRange(min=1), default=DEFAULT_STEPS, show_default=True,
+              help="Metering steps per resume (one per loop iteration, call or goto).")
+@click.option("--memory", type=_Size(), default=DEFAULT_MEMORY, show_default=True,
+              help="Heap growth allowed per resume (64MB-style sizes).")
+@click.option("--time", "time_s", type=click.FloatRange(min=0, min_open=True),
+              default=DEFAULT_TIME_S, show_default=True, help="Wall-clock seconds per resume.")
+@click.option("--heap", type=_Size(), default=DEFAULT_HEAP, show_default=True,
+              help="The mod's heap cap (64MB-style sizes).")
+@click.option("--no-jit", is_flag=True, help="JIT off, metered by a count hook.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per file, one per line.")
+def run(files: tuple[Path, ...], steps: int, memory: int, time_s: float, heap: int,
+        no_jit: bool, as_json: bool) -> None:
+    """Run each FILE as its own mod, in order, in one host process.
+
+    Exit status: 0 if every file is ok, 3 if any tripped a budget (and none had another
+    error), 1 if any had a script error, 2 for usage or host errors.
+    """
+    try:
+        budget = Budget(steps=steps, alloc_bytes=memory, wall_s=time_s, max_memory=heap)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    console = Console(highlight=False)
+    worst = EXIT_OK
+    for path in files:
+        code = _run_file(path, budget, not no_jit, as_json, console)
+        worst = _combine(worst, code)
+    sys.exit(worst)
+
+
+def _combine(worst: int, code: int) -> int:
+    rank = {EXIT_OK: 0, EXIT_BUDGET: 1, EXIT_SCRIPT: 2, EXIT_USAGE: 3}
+    return code if rank[code] > rank[worst] else worst
+
+
+def _run_file(path: Path, budget: Budget, jit: bool, as_json: bool, console: Console) -> int:
+    chunk = "@" + path.as_posix()
+    try:
+        source = path.read_bytes()
+    except OSError as exc:
+        return _host_failure(path, f"cannot read {path}: {exc.strerror or exc}", as_json, console)
+    try:
+        with Sandbox(budget, jit=jit, host_functions=default_bindings()) as sandbox:
+            outcome = sandbox.run(source, chunk)
+    except MoonboxError as exc:
+        return _host_failure(path, str(exc), as_json, console)
+    if as_json:
+        print(json.dumps(_json_record(path, outcome), ensure_ascii=False), flush=True)
+    else:
+        _print_outcome(path, outcome, console)
+    if outcome.status == "budget":
+        return EXIT_BUDGET
+    return EXIT_OK if outcome.ok else EXIT_SCRIPT
+
+
+def _host_failure(path: Path, message: str, as_json: bool, console: Console) -> int:
+    if as_json:
+        record = {
+            "file": str(path), "status": "error", "budget": None, "value": None, "reports": [],
+            "error": {"kind": "host", "message": message, "chunk": None, "line": None,
+                      "traceback": []},
+            "stats": {"steps": 0, "memory_peak_bytes": 0, "wall_s": 0.0},
+        }
+        print(json.dumps(record), flush=True)
+    else:
+        Console(stderr=True, highlight=False).print(
+            f"[bold red]{escape(str(path))}: host error:[/] {escape(message)}"
+        )
+    return EXIT_USAGE
+
+
+def _json_record(path: Path, outcome: Outcome) -> dict[str, Any]:
+    status = "ok" if outcome.ok else outcome.status
+    return {
+        "file": str(path),
+        "status": status,
+        "budget": outcome.budget,
+        "value": _jsonable(outcome.value),
+        "reports": list(outcome.reports),
+        "error": outcome.error.to_dict() if outcome.error else None,
+        "stats": outcome.stats.to_dict(),
+    }
+
+
+def _print_outcome(path: Path, outcome: Outcome, console: Console) -> None:
+    s = outcome.stats
+    figures = f"{s.steps:,} steps, {s.wall_s * 1000:.1f} ms, peak {s.memory_peak_bytes / 1024:,.0f} KiB"
+    name = escape(str(path))
+    if outcome.ok:
+        console.print(f"[bold green]ok[/]      {name}  [dim]({figures})[/]")
+    elif outcome.status == "budget":
+        console.print(f"[bold yellow]budget[/]  {name}  [dim]({figures})[/]")
+    else:
+        console.print(f"[bold red]error[/]   {name}  [dim]({figures})[/]")
+    for line in outcome.reports:
+        console.print(f"  [cyan]report[/] {escape(line)}")
+    if outcome.ok and outcome.values:
+        console.print(f"  [cyan]value[/]  {escape(format_value(outcome.value, 400))}")
+    if outcome.error is not None:
+        _print_error(outcome.error, console)
+
+
+def _print_error(error: ScriptError, console: Console) -> None:
+    console.print(f"  [bold]{escape(error.kind)}[/] {escape(str(error))}")
+    for frame in error.traceback[:10]:
+        console.print(f"    [dim]{escape(str(frame))}[/]")
+
+
+@cli.command()
+def demo() -> None:
+    """A short showcase of the sandbox: budgets, trips, escapes refused."""
+    from ._demo import run_demo
+
+    sys.exit(run_demo(Console(highlight=False)))
+
+
+@cli.command()
+@click.option("--quick", is_flag=True, help="Fewer rounds: a rough table in a few seconds.")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def bench(quick: bool, as_json: bool) -> None:
+    """Sandbox overhead: metered, hook-metered and raw LuaJIT, interleaved, as ratios."""
+    from ._bench import run_bench
+
+    sys.exit(run_bench(Console(highlight=False), quick=quick, as_json=as_json))
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

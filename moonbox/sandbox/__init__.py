@@ -1,0 +1,23 @@
+"""The hardened LuaJIT runtime: the only part of moonbox that imports lupa."""
+
+from ._budget import Budget, parse_size
+from ._environment import ALLOWED_GLOBALS, ALLOWED_LIBRARIES, DENIED
+from ._marshal import ValueLimits
+from ._sandbox import Chunk, HostCall, HostFunction, Outcome, Run, Sandbox, Stats, Status
+
+__all__ = [
+    "ALLOWED_GLOBALS",
+    "ALLOWED_LIBRARIES",
+    "Budget",
+    "Chunk",
+    "DENIED",
+    "HostCall",
+    "HostFunction",
+    "Outcome",
+    "Run",
+    "Sandbox",
+    "Stats",
+    "Status",
+    "ValueLimits",
+    "parse_size",
+]

@@ -1,0 +1,155 @@
+"""Source instrumentation: a budget check at every loop body, function entry and ``goto``.
+
+LuaJIT never runs debug hooks inside compiled traces, so a count hook cannot stop a hot
+loop with the JIT on. Instead the instrumenter writes the check into the source, where the
+JIT compiles it along with the loop:
+
+    N[0]=N[0]-1 if N[0]<0 then S()end
+
+``N`` is a one-slot FFI ``double`` array (the step window) and ``S`` the meter's slow path;
+both are parameters of a wrapper function around the mod's chunk, named with a per-sandbox
+random suffix, so no mod code can name them (``__mb``-prefixed names are refused outright).
+
+Where the checks go, and why that covers every loop:
+
+- after every ``do`` (``while``/``for`` bodies, and plain blocks, where it is merely one more
+  step) and every ``repeat``: each iteration of every loop statement passes one;
+- after the parameter list of every ``function``: recursion, mutual recursion, tail calls
+  and callbacks from C (``sort`` comparators, ``gsub`` functions, metamethods) pass one;
+- before every ``goto``: the back-edge of a goto loop is the ``goto`` itself. A check after
+  the *label* would break Lua's rule that a label at the end of a block is outside the scope
+  of the block's locals, so the check sits on the jump instead.
+
+No newline is ever inserted, so every line number a mod sees in an error is its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._tokenizer import Token, TokenKind, tokenize
+
+__all__ = ["RESERVED_PREFIX", "ReservedNameError", "Instrumented", "instrument"]
+
+RESERVED_PREFIX = "__mb"
+
+# Tokens after which a ``goto NAME`` starts a statement (it ends a statement or opens a
+# block). After anything else (``=``, ``,``, an operator, ``return``...) ``goto`` is an
+# ordinary variable name in LuaJIT.
+_STATEMENT_BOUNDARY_OPS = frozenset({";", ")", "]", "}", "::", "..."})
+_STATEMENT_BOUNDARY_KEYWORDS = frozenset(
+    {"do", "then", "else", "repeat", "end", "break", "nil", "true", "false"}
+)
+
+
+class ReservedNameError(ValueError):
+    """The source uses an identifier reserved for the instrumenter."""
+
+    def __init__(self, name: str, line: int) -> None:
+        super().__init__(
+            f"line {line}: the name '{name}' is reserved by moonbox "
+            f"(names starting with '{RESERVED_PREFIX}' cannot be used in mods)"
+        )
+        self.name = name
+        self.line = line
+
+
+@dataclass(frozen=True, slots=True)
+class Instrumented:
+    """Instrumented chunk text and how many checks it holds.
+
+    ``source`` is a chunk that returns the wrapper: call it with the step cell and the slow
+    path to get the mod's main function.
+    """
+
+    source: str
+    checks: int
+
+
+def check_text(cell: str, slow: str) -> str:
+    """The inline check inserted at each metering point."""
+    return f" {cell}[0]={cell}[0]-1 if {cell}[0]<0 then {slow}()end "
+
+
+def _statement_position(prev: Token | None) -> bool:
+    if prev is None:
+        return True
+    if prev.kind in (TokenKind.NAME, TokenKind.NUMBER, TokenKind.STRING):
+        return True
+    if prev.kind is TokenKind.KEYWORD:
+        return prev.text in _STATEMENT_BOUNDARY_KEYWORDS
+    return prev.text in _STATEMENT_BOUNDARY_OPS
+
+
+def _strip_header(src: str) -> str:
+    # LuaJIT skips a UTF-8 byte order mark and a first line starting with '#'. The wrapper
+    # puts text before the chunk, so do the same here, keeping the line break.
+    if src.startswith("\ufeff"):
+        src = src[1:]
+    if src.startswith("#"):
+        cut = 0
+        while cut < len(src) and src[cut] not in "\r\n":
+            cut += 1
+        src = src[cut:]
+    return src
+
+
+def instrument(src: str, *, cell: str, slow: str) -> Instrumented:
+    """Insert budget checks into Lua source and wrap it to receive the meter.
+
+    ``cell`` and ``slow`` are the names the checks use; they must start with
+    :data:`RESERVED_PREFIX`.
+
+    Raises:
+        LuaTokenError: the source is not lexically valid.
+        ReservedNameError: the source names a reserved identifier.
+        ValueError: a ``function`` without a parameter list (the source is not valid Lua).
+    """
+    if not (cell.startswith(RESERVED_PREFIX) and slow.startswith(RESERVED_PREFIX)):
+        raise ValueError("meter names must use the reserved prefix")
+    src = _strip_header(src)
+    tokens = tokenize(src)
+    check = check_text(cell, slow)
+    inserts: list[int] = []  # offsets where a check goes
+    prev: Token | None = None
+    count = len(tokens)
+    i = 0
+    while i < count:
+        tok = tokens[i]
+        if tok.kind is TokenKind.NAME:
+            if tok.text.startswith(RESERVED_PREFIX):
+                raise ReservedNameError(tok.text, tok.line)
+            if (
+                tok.text == "goto"
+                and i + 1 < count
+                and tokens[i + 1].kind is TokenKind.NAME
+                and _statement_position(prev)
+            ):
+                inserts.append(tok.start)
+        elif tok.kind is TokenKind.KEYWORD:
+            if tok.text in ("do", "repeat"):
+                inserts.append(tok.end)
+            elif tok.text == "function":
+                j = i + 1
+                while j < count and not (
+                    tokens[j].kind is TokenKind.OP and tokens[j].text == "("
+                ):
+                    j += 1
+                while j < count and not (
+                    tokens[j].kind is TokenKind.OP and tokens[j].text == ")"
+                ):
+                    j += 1
+                if j >= count:
+                    raise ValueError(f"line {tok.line}: function without a parameter list")
+                inserts.append(tokens[j].end)
+        prev = tok
+        i += 1
+    parts = [f"return function({cell},{slow}) return function(...) "]
+    last = 0
+    for offset in inserts:
+        parts.append(src[last:offset])
+        parts.append(check)
+        last = offset
+    parts.append(src[last:])
+    parts.append("\nend end")
+    return Instrumented("".join(parts), len(inserts))

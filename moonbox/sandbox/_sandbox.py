@@ -1,0 +1,659 @@
+"""The sandbox: one hardened LuaJIT runtime per mod, runs under per-resume budgets."""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Iterable, Literal, Protocol, Sequence
+
+from .._errors import (
+    BindingError,
+    BudgetExceeded,
+    ConfigError,
+    Frame,
+    HostError,
+    SandboxClosed,
+    ScriptError,
+)
+from ._budget import Budget
+from ._environment import ALLOWED_GLOBALS, ALLOWED_LIBRARIES
+from ._instrument import ReservedNameError, instrument
+from ._lua import lua
+from ._marshal import ValueLimits, to_lua, to_python
+from ._tokenizer import LuaTokenError
+
+__all__ = [
+    "Chunk",
+    "HostCall",
+    "HostFunction",
+    "Outcome",
+    "Run",
+    "Sandbox",
+    "Stats",
+    "Status",
+]
+
+log = logging.getLogger("moonbox.sandbox")
+
+_PRELUDE = resources.files("moonbox.sandbox").joinpath("prelude.lua").read_bytes()
+_PRELUDE_NAME = b"=[moonbox prelude]"
+
+# Room above the heap cap for the host's own work between resumes (copying results out,
+# building error descriptions), so that work never meets an out-of-memory error.
+_HOST_HEADROOM_BYTES = 4 << 20
+# After an out-of-memory trip and a full collection, a heap still above this share of the
+# cap means the mod keeps that memory alive: the runtime is replaced.
+_REPLACE_ABOVE = 0.75
+
+# jit=False mode: the count hook fires every HOOK_INSTRUCTIONS VM instructions and charges
+# HOOK_STEPS steps, i.e. one step per 4 instructions (about one loop iteration).
+HOOK_INSTRUCTIONS = 100
+HOOK_STEPS = 25
+
+MAX_REPORTS = 1000
+MAX_REPORT_CHARS = 4096
+MAX_REPORTS_TOTAL_CHARS = 256 << 10
+MAX_MESSAGE_BYTES = 4096
+
+Status = Literal["done", "yielded", "preempted", "error", "budget"]
+
+_POSITION = re.compile(r"^(.*?):(\d+): (.*)$", re.DOTALL)
+
+
+class _Deny:
+    """Attribute access on Python objects from Lua: always refused."""
+
+    def __call__(self, obj: object, name: object, *value: object) -> None:
+        raise AttributeError("attribute access is disabled in moonbox")
+
+
+_DENY = _Deny()
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """What a resume (or a whole run) spent."""
+
+    steps: int = 0
+    memory_peak_bytes: int = 0
+    wall_s: float = 0.0
+
+    def __add__(self, other: Stats) -> Stats:
+        return Stats(
+            self.steps + other.steps,
+            max(self.memory_peak_bytes, other.memory_peak_bytes),
+            self.wall_s + other.wall_s,
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "steps": self.steps,
+            "memory_peak_bytes": self.memory_peak_bytes,
+            "wall_s": round(self.wall_s, 6),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The result of one resume, or of a whole run (:meth:`Sandbox.run`, :meth:`Run.finish`).
+
+    Attributes:
+        status: ``done`` (the chunk returned), ``yielded`` (it yielded; resume it again),
+            ``preempted`` (its slice ran out and it was paused; resume it again), ``error``
+            (a script fault) or ``budget`` (a budget tripped).
+        values: what the chunk returned or yielded, as plain data.
+        error: the :class:`ScriptError` for ``error`` and ``budget``.
+        reports: the ``report()`` lines of this resume (or run).
+        stats: steps, peak heap and wall time.
+    """
+
+    status: Status
+    values: tuple[Any, ...] = ()
+    error: ScriptError | None = None
+    reports: tuple[str, ...] = ()
+    stats: Stats = field(default_factory=Stats)
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("done", "yielded", "preempted")
+
+    @property
+    def value(self) -> Any:
+        """The single value returned, ``None`` for none, a list for several."""
+        if not self.values:
+            return None
+        return self.values[0] if len(self.values) == 1 else list(self.values)
+
+    @property
+    def budget(self) -> str | None:
+        return self.error.budget if isinstance(self.error, BudgetExceeded) else None
+
+    def unwrap(self) -> tuple[Any, ...]:
+        """The values, or raise the script's error."""
+        if self.error is not None:
+            raise self.error
+        return self.values
+
+
+class HostCall:
+    """What a host function learns about the call it serves."""
+
+    __slots__ = ("sandbox", "run", "name")
+
+    def __init__(self, sandbox: Sandbox, run: Run | None, name: str) -> None:
+        self.sandbox = sandbox
+        self.run = run
+        self.name = name
+
+    def report(self, text: str) -> None:
+        """Add one line to the run's reports (capped in count and size)."""
+        if self.run is not None:
+            self.run._add_report(text)
+
+
+class HostFunction(Protocol):
+    """A Python function a mod may call. The bindings registry builds these.
+
+    ``__call__`` gets the call context and the arguments as plain data, returns a tuple of
+    plain values, and raises :class:`BindingError` to fail the call with one line.
+    """
+
+    name: str
+    cost: int
+
+    def __call__(self, call: HostCall, args: tuple[Any, ...]) -> tuple[Any, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Compiled mod source, bound to the sandbox runtime that compiled it."""
+
+    name: str
+    checks: int
+    _fn: Any = field(repr=False)
+    _generation: int = field(repr=False)
+
+
+def _short(chunk: str) -> str:
+    return chunk[1:] if chunk[:1] in ("@", "=") else chunk
+
+
+def _text(b: Any) -> str:
+    return b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b)
+
+
+class Run:
+    """A chunk running in a coroutine. Each :meth:`resume` gets a fresh budget.
+
+    Create with :meth:`Sandbox.start`; resume until :attr:`finished`.
+    """
+
+    def __init__(self, sandbox: Sandbox, chunk: Chunk, run_id: int) -> None:
+        self.sandbox = sandbox
+        self.chunk = chunk
+        self._id = run_id
+        self._generation = chunk._generation
+        self.status: Status | Literal["new"] = "new"
+        self.reports: list[str] = []
+        self.reports_dropped = 0
+        self._report_chars = 0
+        self.stats = Stats()
+        self.resumes = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("done", "error", "budget")
+
+    def _add_report(self, text: str) -> None:
+        if len(self.reports) >= MAX_REPORTS or self._report_chars >= MAX_REPORTS_TOTAL_CHARS:
+            self.reports_dropped += 1
+            return
+        if len(text) > MAX_REPORT_CHARS:
+            text = text[: MAX_REPORT_CHARS - 3] + "..."
+        self.reports.append(text)
+        self._report_chars += len(text)
+
+    def resume(self, *args: Any, budget: Budget | None = None) -> Outcome:
+        """Resume the run with a fresh budget (the sandbox's unless one is given).
+
+        ``args`` (plain data) are what the pending ``coroutine.yield`` returns, or the
+        chunk's ``...`` on the first resume.
+
+        Raises:
+            SandboxClosed: the run is finished, closed, or its sandbox was closed/replaced.
+        """
+        if self.finished:
+            raise SandboxClosed(f"the run of {self.chunk.name} is finished ({self.status})")
+        outcome = self.sandbox._resume(self, args, budget or self.sandbox.budget)
+        self.status = outcome.status
+        self.stats = self.stats + outcome.stats
+        self.resumes += 1
+        if self.finished:
+            self.sandbox._close_run(self)
+        return outcome
+
+    def finish(self, *args: Any, max_resumes: int = 1000, budget: Budget | None = None) -> Outcome:
+        """Resume until the chunk returns, fails or trips; each resume has a fresh budget.
+
+        Returns one outcome for the whole run: the final values, all reports, summed stats.
+        A chunk still yielding after ``max_resumes`` resumes ends as an ``error``.
+        """
+        first = len(self.reports)
+        outcome = self.resume(*args, budget=budget)
+        count = 1
+        while outcome.status in ("yielded", "preempted"):
+            if count >= max_resumes:
+                self.close()
+                err = ScriptError(
+                    f"still yielding after {max_resumes} resumes; finish within fewer",
+                    chunk=self.chunk.name,
+                )
+                outcome = Outcome("error", (), err)
+                break
+            outcome = self.resume(budget=budget)
+            count += 1
+        return Outcome(
+            outcome.status,
+            outcome.values,
+            outcome.error,
+            tuple(self.reports[first:]),
+            self.stats,
+        )
+
+    def close(self) -> None:
+        """Drop the run's coroutine. Idempotent."""
+        if not self.finished:
+            self.status = "error"
+        self.sandbox._close_run(self)
+
+
+class Sandbox:
+    """A fresh, isolated LuaJIT runtime for one mod.
+
+    The runtime is created with Python eval, builtins and attribute access off, the
+    ``python`` module removed, and an environment built from the allowlist in
+    :mod:`moonbox.sandbox._environment` plus the given host functions.
+
+    Args:
+        budget: the per-resume budget (defaults to :class:`Budget`'s defaults).
+        jit: ``True`` (default): the JIT stays on and the source is instrumented with budget
+            checks. ``False``: the JIT is off and a count hook meters instead (slower, and
+            independent of the instrumenter).
+        preempt: at slice end (steps or time) a resume yields to the host (status
+            ``preempted``) instead of tripping; the next resume continues with a fresh slice.
+            ``Budget.total_steps`` is then the hard cap. Needs ``jit=True``.
+        host_functions: functions the mod may call (see :mod:`moonbox.bindings`).
+        value_limits: limits on values crossing from Lua to Python.
+
+    Raises:
+        ConfigError: an option that cannot be enforced (``preempt`` without the JIT
+            instrumentation, two host functions with one name, a reserved name).
+    """
+
+    def __init__(
+        self,
+        budget: Budget | None = None,
+        *,
+        jit: bool = True,
+        preempt: bool = False,
+        host_functions: Iterable[HostFunction] = (),
+        value_limits: ValueLimits | None = None,
+    ) -> None:
+        self.budget = budget or Budget()
+        self.jit = jit
+        self.preempt = preempt
+        self.value_limits = value_limits or ValueLimits()
+        if preempt and not jit:
+            raise ConfigError(
+                "preempt needs jit=True: the count hook of jit=False cannot yield"
+            )
+        self._host_functions: dict[bytes, HostFunction] = {}
+        for hf in host_functions:
+            key = hf.name.encode()
+            if key in self._host_functions:
+                raise ConfigError(f"two host functions are named {hf.name!r}")
+            if hf.name in ALLOWED_GLOBALS or hf.name in ALLOWED_LIBRARIES or hf.name == "_G":
+                raise ConfigError(f"host function {hf.name!r} would shadow a standard global")
+            self._host_functions[key] = hf
+        suffix = secrets.token_hex(6)
+        self._cell_name = f"__mb_n{suffix}"
+        self._slow_name = f"__mb_s{suffix}"
+        self._generation = 0
+        self._runs: dict[int, Run] = {}
+        self._running: Run | None = None
+        self._closed = False
+        self.replacements = 0
+        self._open_runtime()
+
+    # -- runtime lifecycle ---------------------------------------------------------------
+
+    def _open_runtime(self) -> None:
+        rt = lua.LuaRuntime(
+            register_eval=False,
+            register_builtins=False,
+            encoding=None,
+            unpack_returned_tuples=True,
+            attribute_handlers=(_DENY, _DENY),
+            max_memory=self.budget.max_memory + _HOST_HEADROOM_BYTES,
+        )
+        loader = rt.eval(
+            "function(src, name, ...) local f = assert(load(src, name, 't')) return f(...) end"
+        )
+        config = to_lua(
+            rt,
+            {
+                "jit": self.jit,
+                "hook_instructions": HOOK_INSTRUCTIONS,
+                "hook_steps": HOOK_STEPS,
+                "max_message_bytes": MAX_MESSAGE_BYTES,
+            },
+        )
+        host = loader(_PRELUDE, _PRELUDE_NAME, config, self._dispatch)
+        self._rt = rt
+        self._h_compile = host[b"compile"]
+        self._h_start = host[b"start"]
+        self._h_close = host[b"close"]
+        self._h_resume = host[b"resume"]
+        self._h_check = host[b"check_export"]
+        closures = rt.table()
+        for key, hf in self._host_functions.items():
+            closures[key] = host[b"make_host_function"](key, hf.cost)
+        spec: dict[str, Any] = {name: True for name in ALLOWED_GLOBALS}
+        spec.update({lib: list(fields) for lib, fields in ALLOWED_LIBRARIES.items()})
+        self._env = host[b"make_env"](to_lua(rt, spec), closures)
+        rt.set_max_memory(self.budget.max_memory + _HOST_HEADROOM_BYTES, total=True)
+        self._generation += 1
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxClosed("the sandbox is closed")
+
+    def close(self) -> None:
+        """Release the runtime; later calls raise :class:`SandboxClosed`. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for run in list(self._runs.values()):
+            run.status = "error" if not run.finished else run.status
+        self._runs.clear()
+        self._rt = None  # type: ignore[assignment]
+        self._env = None
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def reset(self) -> None:
+        """Replace the runtime with a fresh one: every chunk and run of the old one is gone."""
+        self._check_open()
+        for run in list(self._runs.values()):
+            if not run.finished:
+                run.status = "error"
+        self._runs.clear()
+        self._open_runtime()
+        self.replacements += 1
+
+    @property
+    def memory_used_bytes(self) -> int:
+        """The runtime's heap now, in bytes."""
+        self._check_open()
+        return int(self._rt.get_memory_used(total=True))
+
+    # -- loading -------------------------------------------------------------------------
+
+    def load(self, source: str | bytes, chunk: str = "=(mod)") -> Chunk:
+        """Compile source text as a named chunk (``@path/to/file.lua`` or ``=name``).
+
+        Raises:
+            ScriptError: kind ``syntax``, for bytecode, a syntax error or a reserved name.
+            ConfigError: a chunk name that is not ``@...`` or ``=...``.
+        """
+        self._check_open()
+        if not chunk[:1] in ("@", "=") or chunk.startswith("=[moonbox") or len(chunk) > 512:
+            raise ConfigError(
+                f"chunk name {chunk!r} must start with '@' (a file) or '=' (a label)"
+            )
+        if isinstance(source, bytes):
+            if source[:1] == b"\x1b":
+                raise self._syntax("bytecode is refused: moonbox loads Lua source text only",
+                                   chunk, None)
+            text = source.decode("utf-8", "surrogateescape")
+        else:
+            text = source
+        if text[:1] == "\x1b":
+            raise self._syntax("bytecode is refused: moonbox loads Lua source text only",
+                               chunk, None)
+        raw = text.encode("utf-8", "surrogateescape")
+        wrapped: bytes | None = None
+        checks = 0
+        if self.jit:
+            try:
+                inst = instrument(text, cell=self._cell_name, slow=self._slow_name)
+            except ReservedNameError as exc:
+                raise self._syntax(str(exc).split(": ", 1)[1], chunk, exc.line) from None
+            except (LuaTokenError, ValueError):
+                inst = None  # let LuaJIT's own parser name the syntax error
+            if inst is not None:
+                wrapped = inst.source.encode("utf-8", "surrogateescape")
+                checks = inst.checks
+        fn, err, *rest = self._compile(raw, wrapped, chunk)
+        if fn is None:
+            message = _text(err)
+            if rest and rest[0]:
+                # LuaJIT accepted the source but not its instrumented form: a moonbox bug.
+                raise HostError(f"{chunk}: {message}")
+            m = _POSITION.match(message)
+            if m:
+                raise self._syntax(m.group(3), chunk, int(m.group(2)))
+            raise self._syntax(message, chunk, None)
+        if self.jit and wrapped is None:
+            # The tokenizer refused what LuaJIT accepted: never run it uninstrumented.
+            raise HostError(f"{chunk}: moonbox could not instrument this source")
+        return Chunk(chunk, checks, fn, self._generation)
+
+    def _compile(self, raw: bytes, wrapped: bytes | None, chunk: str) -> tuple[Any, ...]:
+        result = self._h_compile(raw, wrapped, chunk.encode(), self._env)
+        return result if isinstance(result, tuple) else (result, None)
+
+    @staticmethod
+    def _syntax(message: str, chunk: str, line: int | None) -> ScriptError:
+        return ScriptError(message, chunk=chunk, line=line, kind="syntax")
+
+    # -- running -------------------------------------------------------------------------
+
+    def start(self, source: str | bytes | Chunk, chunk: str = "=(mod)") -> Run:
+        """Compile (unless given a :class:`Chunk`) and create a run; nothing runs yet.
+
+        Raises:
+            ScriptError: kind ``syntax`` (see :meth:`load`).
+            SandboxClosed: the chunk belongs to a closed or replaced runtime.
+        """
+        self._check_open()
+        compiled = source if isinstance(source, Chunk) else self.load(source, chunk)
+        if compiled._generation != self._generation:
+            raise SandboxClosed(
+                f"{compiled.name} was compiled by a runtime that has been replaced; load it again"
+            )
+        run_id = int(self._h_start(compiled._fn))
+        run = Run(self, compiled, run_id)
+        self._runs[run_id] = run
+        return run
+
+    def run(
+        self,
+        source: str | bytes | Chunk,
+        chunk: str = "=(mod)",
+        *,
+        args: Sequence[Any] = (),
+        max_resumes: int = 1000,
+    ) -> Outcome:
+        """Compile and run a chunk to its end; each resume after a yield gets a fresh budget.
+
+        Script faults, syntax errors included, come back as the outcome's ``error``.
+        """
+        try:
+            run = self.start(source, chunk)
+        except ScriptError as exc:
+            return Outcome("error", (), exc)
+        return run.finish(*args, max_resumes=max_resumes)
+
+    def _close_run(self, run: Run) -> None:
+        if self._runs.pop(run._id, None) is not None and run._generation == self._generation:
+            self._h_close(run._id)
+
+    def _resume(self, run: Run, args: tuple[Any, ...], budget: Budget) -> Outcome:
+        self._check_open()
+        if run._generation != self._generation or run._id not in self._runs:
+            raise SandboxClosed(f"the run of {run.chunk.name} was closed")
+        if self._running is not None:
+            raise HostError("a run cannot be resumed while another run of the sandbox runs")
+        rt = self._rt
+        lua_args = [to_lua(rt, a) for a in args]
+        cap = budget.max_memory
+        used = int(rt.get_memory_used(total=True))
+        alloc_limit = min(cap, used + budget.alloc_bytes)
+        reported = budget.alloc_bytes if alloc_limit < cap else cap
+        total = -1 if budget.total_steps is None else budget.total_steps
+        first_report = len(run.reports)
+        self._running = run
+        host_oom = False
+        t0 = time.perf_counter()
+        rt.set_max_memory(alloc_limit, total=True)
+        try:
+            res = self._h_resume(
+                run._id, budget.steps, budget.wall_s, alloc_limit, reported, total,
+                self.preempt, *lua_args,
+            )
+        except lua.LuaMemoryError:
+            host_oom = True
+            res = None
+        except lua.LuaError as exc:
+            raise HostError(f"moonbox failed while resuming {run.chunk.name}: {exc}") from exc
+        finally:
+            rt.set_max_memory(self.budget.max_memory + _HOST_HEADROOM_BYTES, total=True)
+            self._running = None
+        wall = time.perf_counter() - t0
+        if host_oom:
+            rt.gccollect()
+            err = BudgetExceeded("memory", reported, alloc_limit, chunk=run.chunk.name)
+            outcome = Outcome("budget", (), err, tuple(run.reports[first_report:]),
+                              Stats(0, alloc_limit, wall))
+            self._after_memory_trip(run)
+            return outcome
+        status = _text(res[0])
+        if status == "closed":
+            raise SandboxClosed(f"the run of {run.chunk.name} is finished")
+        stats = Stats(int(res[1]), int(res[2]), wall)
+        reports = tuple(run.reports[first_report:])
+        if status in ("done", "yielded"):
+            count, packed = int(res[5]), res[6]
+            problem = self._h_check(
+                packed, False, self.value_limits.max_depth + 1, self.value_limits.max_items,
+                self.value_limits.max_bytes,
+            )
+            if problem is not None:
+                what = "returned" if status == "done" else "yielded"
+                msg = _text(problem).replace("value", f"the {what} value", 1)
+                err = ScriptError(msg, chunk=run.chunk.name)
+                return Outcome("error", (), err, reports, stats)
+            values = tuple(to_python(packed[i]) for i in range(1, count + 1))
+            return Outcome(status, values, None, reports, stats)  # type: ignore[arg-type]
+        if status == "preempted":
+            return Outcome("preempted", (), None, reports, stats)
+        info = res[4]
+        frames = self._frames(info[b"traceback"])
+        if status == "budget":
+            kind = _text(info[b"kind"])
+            limit, used_v = info[b"limit"], info[b"used"]
+            if kind == "time":
+                limit, used_v = float(limit), float(used_v)
+            else:
+                limit, used_v = int(limit), int(used_v)
+            chunk = _text(info[b"chunk"]) if info[b"chunk"] is not None else None
+            line = int(info[b"line"]) if info[b"line"] is not None else None
+            if chunk is None and frames:
+                chunk, line = frames[0].chunk, frames[0].line
+            err = BudgetExceeded(kind, limit, used_v, chunk=chunk or run.chunk.name,  # type: ignore[arg-type]
+                                 line=line, traceback=frames)
+            outcome = Outcome("budget", (), err, reports, stats)
+            if kind == "memory":
+                self._after_memory_trip(run)
+            return outcome
+        err = self._runtime_error(_text(info[b"message"]), frames, run.chunk.name)
+        return Outcome("error", (), err, reports, stats)
+
+    def _after_memory_trip(self, run: Run) -> None:
+        self._runs.pop(run._id, None)
+        run.status = "budget"
+        self._h_close(run._id)
+        self._rt.gccollect()
+        if self._rt.get_memory_used(total=True) > self.budget.max_memory * _REPLACE_ABOVE:
+            log.warning("heap still full after an out-of-memory trip: replacing the runtime")
+            self.reset()
+
+    def _frames(self, table: Any) -> tuple[Frame, ...]:
+        frames = []
+        for i in range(1, len(table) + 1):
+            f = table[i]
+            name = f[b"name"]
+            frames.append(
+                Frame(_text(f[b"chunk"]), int(f[b"line"]) if f[b"line"] else None,
+                      _text(name) if name is not None else None)
+            )
+        return tuple(frames)
+
+    def _runtime_error(self, message: str, frames: tuple[Frame, ...], chunk: str) -> ScriptError:
+        m = _POSITION.match(message)
+        if m:
+            where = m.group(1)
+            for frame in frames:
+                short = _short(frame.chunk)
+                if where == short or (where.startswith("...") and short.endswith(where[3:])):
+                    return ScriptError(m.group(3), chunk=frame.chunk, line=int(m.group(2)),
+                                       traceback=frames)
+            if where == _short(chunk):
+                return ScriptError(m.group(3), chunk=chunk, line=int(m.group(2)),
+                                   traceback=frames)
+        if frames:
+            return ScriptError(message, chunk=frames[0].chunk, line=frames[0].line,
+                               traceback=frames)
+        return ScriptError(message, chunk=chunk, traceback=frames)
+
+    # -- host functions ------------------------------------------------------------------
+
+    def _dispatch(self, name: bytes, *args: Any) -> tuple[Any, ...]:
+        hf = self._host_functions.get(name)
+        if hf is None:  # unreachable: closures exist only for registered names
+            return (False, f"{_text(name)}: no such host function".encode())
+        call = HostCall(self, self._running, hf.name)
+        try:
+            plain = tuple(self._argument(a, i) for i, a in enumerate(args, 1))
+            result = hf(call, plain)
+            return (True, *(to_lua(self._rt, v) for v in result))
+        except BindingError as exc:
+            return (False, f"{hf.name}: {exc}".encode("utf-8", "replace"))
+        except lua.LuaMemoryError:
+            raise
+        except Exception:
+            log.exception("host function %r failed", hf.name)
+            return (False, f"{hf.name}: the host failed to handle this call (a host bug, logged)"
+                    .encode())
+
+    def _argument(self, value: Any, index: int) -> Any:
+        if value is None or isinstance(value, (bool, int, float, bytes)):
+            return to_python(value)
+        kind = lua.lua_type(value)
+        if kind != "table":
+            raise BindingError(f"argument {index}: a {kind} cannot cross to the host")
+        limits = self.value_limits
+        problem = self._h_check(value, True, limits.max_depth + 1, limits.max_items,
+                                limits.max_bytes)
+        if problem is not None:
+            raise BindingError(_text(problem).replace("value", f"argument {index}", 1))
+        return to_python(value)

@@ -1,0 +1,539 @@
+-- moonbox prelude: host-side Lua that runs once in every sandbox runtime, before any mod.
+--
+-- It owns the meter (the step cell, the slow path, the count hook of jit=False mode), builds
+-- each mod environment from the allowlist it is given, loads mod chunks in text mode, runs
+-- them in coroutines under a budget, and checks values before they cross to Python.
+--
+-- Mod code can never reach anything defined here: every name below is a local of this chunk,
+-- the environment a mod gets is a fresh table, and the library tables in it are copies.
+
+local config, dispatch = ...
+
+-- Everything the prelude uses is captured now, before any mod runs.
+local type, next, select, error, tostring, tonumber = type, next, select, error, tostring, tonumber
+local rawget, rawset, rawequal, setmetatable = rawget, rawset, rawequal, setmetatable
+local getmetatable, pcall, xpcall, unpack, load = getmetatable, pcall, xpcall, unpack, load
+local co_create, co_resume, co_status = coroutine.create, coroutine.resume, coroutine.status
+local co_yield, co_running, co_wrap = coroutine.yield, coroutine.running, coroutine.wrap
+local getinfo, sethook = debug.getinfo, debug.sethook
+local s_sub, s_find, s_format, s_byte = string.sub, string.find, string.format, string.byte
+local floor, huge = math.floor, math.huge
+local collectgarbage = collectgarbage
+local concat = table.concat
+local ffi = require("ffi")
+local jit = require("jit")
+
+local PRELUDE_SOURCE = getinfo(1, "S").source
+
+-------------------------------------------------------------------------------------------
+-- Clock: CLOCK_MONOTONIC through the FFI (a vDSO call, tens of nanoseconds).
+-------------------------------------------------------------------------------------------
+local now = os.clock
+do
+  local ok = pcall(ffi.cdef, [[
+    typedef struct { long tv_sec; long tv_nsec; } moonbox_timespec;
+    int clock_gettime(int clk_id, moonbox_timespec *tp);
+  ]])
+  if ok and ffi.os == "Linux" then
+    local ts = ffi.new("moonbox_timespec")
+    local C = ffi.C
+    local function mono()
+      C.clock_gettime(1, ts)
+      return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+    end
+    if pcall(mono) then now = mono end
+  end
+end
+
+-------------------------------------------------------------------------------------------
+-- The meter.
+--
+-- `cell[0]` is the step window: instrumented checks decrement it and call `slow` when it
+-- drops below zero. `slow` accounts the window, polls the clock and the heap, adapts the
+-- poll interval K, and either refills the window, preempts (yields) or trips.
+-------------------------------------------------------------------------------------------
+local cell = ffi.new("double[1]")
+local STICKY = -4503599627370496          -- -2^52: stays negative whatever is subtracted
+local K_MIN, K_MAX = 1, 1048576
+local POLL_LOW_S, POLL_HIGH_S = 0.0002, 0.001  -- aim: one poll every 0.2-1 ms
+
+local m_active = false      -- a resume is running
+local m_window = 0          -- steps granted to the cell at the last refill
+local m_used = 0            -- steps accounted in this resume
+local m_limit = 0           -- steps allowed in this resume
+local m_total_base = 0      -- steps used by earlier resumes of the run (for total_steps)
+local m_total_limit = -1    -- total_steps of the run, -1 for none
+local m_start = 0           -- clock at resume start
+local m_deadline = huge     -- clock value at which the resume runs out of time
+local m_wall_s = 0
+local m_alloc_kb = huge     -- heap (KiB) at which the resume runs out of allocation
+local m_alloc_bytes = 0
+local m_peak_kb = 0
+local m_k = 256             -- steps between polls, adapted to the workload
+local m_last_poll = 0
+local m_preempt = false
+local m_run_co = nil        -- coroutine of the running run
+local m_chunks = {}         -- source name -> true, for every mod chunk loaded here
+
+-- Trip state: sticky until the next resume begins.
+local tripped = false
+local t_kind, t_limit, t_used, t_chunk, t_line = nil, 0, 0, nil, nil
+local TRIP_MESSAGE = "moonbox: budget exceeded"
+
+local PREEMPT = {}          -- yielded to the host at slice end; unforgeable
+
+local function mod_frame(level, co)
+  -- First frame at or above `level` that runs a mod chunk: its source and line.
+  for lvl = level, level + 200 do
+    local info
+    if co then info = getinfo(co, lvl, "Sl") else info = getinfo(lvl, "Sl") end
+    if not info then return nil, nil end
+    if m_chunks[info.source] and info.currentline > 0 then
+      return info.source, info.currentline
+    end
+  end
+  return nil, nil
+end
+
+local function account()
+  local c = cell[0]
+  if c > STICKY / 2 then
+    m_used = m_used + (m_window - c)
+  end
+  m_window = c
+end
+
+local function set_trip(kind, limit, used)
+  if tripped then return end
+  tripped = true
+  t_kind, t_limit, t_used = kind, limit, used
+  t_chunk, t_line = mod_frame(2)
+end
+
+local function raise_trip()
+  cell[0] = STICKY
+  m_window = STICKY
+  error(TRIP_MESSAGE, 0)
+end
+
+local function refill()
+  local w = m_k
+  local left = m_limit - m_used
+  if left < w then w = left end
+  if m_total_limit >= 0 then
+    local total_left = m_total_limit - m_total_base - m_used
+    if total_left < w then w = total_left end
+  end
+  if w < 0 then w = 0 end
+  m_window = w
+  cell[0] = w
+end
+
+local function slow()
+  if tripped then raise_trip() end
+  account()
+  local t = now()
+  local dt = t - m_last_poll
+  m_last_poll = t
+  if dt < POLL_LOW_S then
+    if m_k < K_MAX then m_k = m_k * 2 end
+  elseif dt > POLL_HIGH_S and m_k > K_MIN then
+    m_k = floor(m_k / 2)
+  end
+  local kb = collectgarbage("count")
+  if kb > m_peak_kb then m_peak_kb = kb end
+  if kb > m_alloc_kb then
+    set_trip("memory", m_alloc_bytes, floor(kb * 1024))
+    raise_trip()
+  end
+  if m_total_limit >= 0 and m_total_base + m_used > m_total_limit then
+    set_trip("steps", m_total_limit, m_total_base + m_used)
+    raise_trip()
+  end
+  local over_steps = m_used > m_limit
+  local over_time = t > m_deadline
+  if over_steps or over_time then
+    if m_preempt and co_running() == m_run_co then
+      -- Yield to the host; the next resume refills the window with a fresh slice.
+      if pcall(co_yield, PREEMPT) then return end
+    end
+    if over_steps then
+      set_trip("steps", m_limit, m_used)
+    else
+      set_trip("time", m_wall_s, t - m_start)
+    end
+    raise_trip()
+  end
+  refill()
+end
+
+-- jit=False mode: a count hook drives the same meter. One hook call is HOOK_STEPS steps.
+local HOOK_INSTRUCTIONS = config.hook_instructions
+local HOOK_STEPS = config.hook_steps
+local function hook()
+  if not m_active then return end
+  local c = cell[0] - HOOK_STEPS
+  cell[0] = c
+  if c < 0 then slow() end
+end
+
+if config.jit then
+  jit.on()
+else
+  jit.off()
+  jit.flush()
+  sethook(hook, "", HOOK_INSTRUCTIONS)
+end
+
+-- Charge `cost` steps for work done outside instrumented code (bindings).
+local function charge(cost)
+  local c = cell[0] - cost
+  cell[0] = c
+  if c < 0 then slow() end
+end
+
+local function is_memory_error(err)
+  return err == "not enough memory"
+end
+
+-- The re-raise behind every protected call a mod can make: once a budget tripped, no
+-- pcall, xpcall or coroutine.resume returns to the mod.
+local function rethrow(ok, ...)
+  if not ok and not tripped and is_memory_error((...)) then
+    set_trip("memory", m_alloc_bytes, floor(collectgarbage("count") * 1024))
+  end
+  if tripped then raise_trip() end
+  return ok, ...
+end
+
+-------------------------------------------------------------------------------------------
+-- Values that cross to Python: plain data only, checked with raw access.
+-------------------------------------------------------------------------------------------
+local DATA_TYPES = { ["nil"] = true, boolean = true, number = true, string = true }
+
+-- Checks a value tree before Python copies it. Returns nil, or an error message.
+-- strict: functions, coroutines and userdata are errors; otherwise Python shows them as
+-- placeholders. Never calls a metamethod.
+local function check_export(value, strict, max_depth, max_items, max_bytes)
+  local seen = {}
+  local items, bytes = 0, 0
+  local function walk(v, depth, path)
+    local tv = type(v)
+    if tv == "string" then
+      bytes = bytes + #v
+      if bytes > max_bytes then
+        return s_format("%s: strings too large (more than %d bytes in all)", path, max_bytes)
+      end
+      return nil
+    end
+    if DATA_TYPES[tv] then return nil end
+    if tv ~= "table" then
+      if strict then return s_format("%s: a %s cannot cross to the host", path, tv) end
+      return nil
+    end
+    if seen[v] then
+      return s_format("%s: the table contains itself (a cycle); only trees can cross", path)
+    end
+    if depth > max_depth then
+      return s_format("%s: nested deeper than %d levels", path, max_depth)
+    end
+    seen[v] = true
+    local k, x = next(v)
+    while k ~= nil do
+      items = items + 1
+      if items > max_items then
+        return s_format("%s: too large (more than %d items in all)", path, max_items)
+      end
+      local tk = type(k)
+      if tk == "string" then
+        bytes = bytes + #k
+      elseif tk ~= "number" then
+        return s_format("%s: a %s key cannot cross to the host (keys are strings or numbers)",
+          path, tk)
+      elseif k ~= k then
+        return s_format("%s: a NaN key cannot cross to the host", path)
+      end
+      local err = walk(x, depth + 1, path)
+      if err then return err end
+      k, x = next(v, k)
+    end
+    seen[v] = nil
+    return nil
+  end
+  return walk(value, 1, "value")
+end
+
+-------------------------------------------------------------------------------------------
+-- Error descriptions: message, position and the mod's own frames, without metamethods.
+-------------------------------------------------------------------------------------------
+local MAX_MESSAGE = config.max_message_bytes
+
+local function error_text(err)
+  local te = type(err)
+  if te == "string" then
+    if #err > MAX_MESSAGE then return s_sub(err, 1, MAX_MESSAGE) .. "..." end
+    return err
+  elseif te == "number" or te == "boolean" or te == "nil" then
+    return tostring(err)
+  end
+  return "(error object is a " .. te .. " value)"
+end
+
+local function frames_of(co, main)
+  -- The mod's own frames, innermost first: chunk, line and function name.
+  local frames = {}
+  for lvl = 0, 200 do
+    local info = getinfo(co, lvl, "Slnf")
+    if not info then break end
+    if m_chunks[info.source] then
+      local name = info.name
+      if info.func == main then name = "main chunk" end
+      local line = info.currentline
+      if line <= 0 then line = nil end
+      frames[#frames + 1] = { chunk = info.source, line = line, name = name }
+    end
+  end
+  return frames
+end
+
+-------------------------------------------------------------------------------------------
+-- Environments.
+-------------------------------------------------------------------------------------------
+local real = {
+  _G = _G, string = string, table = table, math = math, bit = bit, coroutine = coroutine,
+}
+
+local wrapped = {}
+local wrapped_lib = { coroutine = {} }
+
+function wrapped.pcall(f, ...)
+  return rethrow(pcall(f, ...))
+end
+
+function wrapped.xpcall(f, handler, ...)
+  return rethrow(xpcall(f, handler, ...))
+end
+
+function wrapped_lib.coroutine.resume(co, ...)
+  return rethrow(co_resume(co, ...))
+end
+
+local function wrap_result(ok, ...)
+  if ok then return ... end
+  error((...), 0)
+end
+
+function wrapped_lib.coroutine.wrap(f)
+  local co = co_create(f)
+  return function(...)
+    return wrap_result(rethrow(co_resume(co, ...)))
+  end
+end
+
+function wrapped.collectgarbage(opt)
+  if opt == "count" then return collectgarbage("count") end
+  error("collectgarbage: only \"count\" is available in a mod", 2)
+end
+
+local string_mt = getmetatable("")
+
+-- Builds a fresh environment: `globals` maps global names to true (take the real or
+-- wrapped function) or to a list of field names (a fresh copy of that library table).
+local function make_env(globals, host_functions)
+  local env = {}
+  for name, fields in next, globals do
+    if fields == true then
+      local v = wrapped[name]
+      if v == nil then v = real._G[name] end
+      env[name] = v
+    else
+      local lib, src, wl = {}, real[name] or real._G[name], wrapped_lib[name] or {}
+      for i = 1, #fields do
+        local f = fields[i]
+        local v = wl[f]
+        if v == nil then v = src[f] end
+        lib[f] = v
+      end
+      env[name] = lib
+    end
+  end
+  for name, fn in next, host_functions do env[name] = fn end
+  if globals.print and host_functions.report then
+    -- print() writes to the run's reports, one line per call, like report().
+    local report, tostring_ = host_functions.report, env.tostring or tostring
+    env.print = function(...)
+      local n = select("#", ...)
+      local parts = {}
+      for i = 1, n do parts[i] = tostring_((select(i, ...))) end
+      return report(concat(parts, "\t"))
+    end
+  else
+    env.print = nil
+  end
+  env._G = env
+  if env.string then
+    -- Method calls on strings ("x"):rep(3) use the mod's own string table, never the real one
+    -- (which still holds string.dump); the metatable itself is hidden.
+    string_mt.__index = env.string
+    string_mt.__metatable = false
+  end
+  return env
+end
+
+-------------------------------------------------------------------------------------------
+-- Host functions: closures over the one dispatcher.
+-------------------------------------------------------------------------------------------
+local function with_position(msg)
+  local src, line = mod_frame(2)
+  if src then
+    local short = s_sub(src, 1, 1) == "@" and s_sub(src, 2) or src
+    return short .. ":" .. line .. ": " .. msg
+  end
+  return msg
+end
+
+local function finish(ok, ...)
+  if ok then return ... end
+  error(with_position((...)), 0)
+end
+
+local function make_host_function(name, cost)
+  return function(...)
+    local c = cell[0] - cost
+    cell[0] = c
+    if c < 0 then slow() end
+    return finish(dispatch(name, ...))
+  end
+end
+
+-------------------------------------------------------------------------------------------
+-- Loading and running.
+-------------------------------------------------------------------------------------------
+local runs = {}
+local next_run = 0
+
+local host = {}
+
+-- Compiles source text as a chunk; returns the chunk function or nil and the message.
+-- `wrapped_source` is the instrumented text (a chunk returning the meter wrapper) or nil
+-- when the sandbox uses the count hook.
+function host.compile(source, wrapped_source, chunkname, env)
+  if s_byte(source, 1) == 27 then
+    return nil, "bytecode is refused: moonbox loads Lua source text only"
+  end
+  local fn, err = load(source, chunkname, "t", env)
+  if not fn then return nil, err end
+  if wrapped_source then
+    local maker
+    maker, err = load(wrapped_source, chunkname, "t", env)
+    if not maker then
+      return nil, "moonbox could not instrument this source (" .. err .. ")", true
+    end
+    fn = maker()(cell, slow)
+  end
+  m_chunks[chunkname] = true
+  return fn
+end
+
+function host.make_env(globals, host_functions)
+  return make_env(globals, host_functions)
+end
+
+function host.make_host_function(name, cost)
+  return make_host_function(name, cost)
+end
+
+function host.start(fn)
+  next_run = next_run + 1
+  runs[next_run] = { co = co_create(fn), main = fn, total = 0 }
+  return next_run
+end
+
+function host.close(id)
+  runs[id] = nil
+end
+
+local function finish_resume(run, ok, ...)
+  account()
+  m_active = false
+  m_run_co = nil
+  local elapsed = now() - m_start
+  local kb = collectgarbage("count")
+  if kb > m_peak_kb then m_peak_kb = kb end
+  if m_used < 0 then m_used = 0 end
+  run.total = run.total + m_used
+  local stats_steps, stats_peak = m_used, m_peak_kb * 1024
+  if not ok and not tripped and is_memory_error((...)) then
+    tripped = true
+    t_kind, t_limit, t_used = "memory", m_alloc_bytes, floor(kb * 1024)
+    t_chunk, t_line = nil, nil
+  end
+  if tripped then
+    if t_chunk == nil then
+      local fr = frames_of(run.co, run.main)
+      for i = 1, #fr do
+        if fr[i].line then t_chunk, t_line = fr[i].chunk, fr[i].line break end
+      end
+    end
+    return "budget", stats_steps, stats_peak, elapsed, {
+      kind = t_kind, limit = t_limit, used = t_used, chunk = t_chunk, line = t_line,
+      traceback = frames_of(run.co, run.main),
+    }
+  end
+  if not ok then
+    return "error", stats_steps, stats_peak, elapsed, {
+      message = error_text((...)), traceback = frames_of(run.co, run.main),
+    }
+  end
+  if (...) == PREEMPT and select("#", ...) == 1 and co_status(run.co) == "suspended" then
+    return "preempted", stats_steps, stats_peak, elapsed, nil
+  end
+  local status = co_status(run.co) == "dead" and "done" or "yielded"
+  return status, stats_steps, stats_peak, elapsed, nil, select("#", ...), { ... }
+end
+
+-- Resumes run `id` with a fresh budget. Returns status, steps, peak bytes, wall seconds,
+-- error info (a table or nil), and for done/yielded the value count and the values.
+function host.resume(id, steps, wall_s, alloc_limit_bytes, alloc_bytes, total_limit,
+                     preempt, ...)
+  local run = runs[id]
+  if not run then return "closed" end
+  if co_status(run.co) == "dead" then return "closed" end
+  tripped = false
+  t_kind, t_chunk, t_line = nil, nil, nil
+  m_used = 0
+  m_limit = steps
+  m_total_base = run.total
+  m_total_limit = total_limit
+  m_wall_s = wall_s
+  m_alloc_bytes = alloc_bytes
+  m_alloc_kb = alloc_limit_bytes / 1024
+  m_preempt = preempt
+  m_run_co = run.co
+  m_peak_kb = collectgarbage("count")
+  m_start = now()
+  m_last_poll = m_start
+  m_deadline = m_start + wall_s
+  if m_k > 4096 then m_k = 4096 end
+  refill()
+  m_active = true
+  return finish_resume(run, co_resume(run.co, ...))
+end
+
+function host.check_export(value, strict, max_depth, max_items, max_bytes)
+  return check_export(value, strict, max_depth, max_items, max_bytes)
+end
+
+function host.pack(...)
+  return select("#", ...), { ... }
+end
+
+function host.steps_used()
+  return m_used
+end
+
+-- The `python` module lupa installs is removed from the runtime entirely.
+_G.python = nil
+package.loaded.python = nil
+
+return host
