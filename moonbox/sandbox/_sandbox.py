@@ -50,9 +50,10 @@ _HOST_HEADROOM_BYTES = 4 << 20
 _REPLACE_ABOVE = 0.75
 
 # jit=False mode: the count hook fires every HOOK_INSTRUCTIONS VM instructions and charges
-# HOOK_STEPS steps, i.e. one step per 4 instructions (about one loop iteration).
+# HOOK_STEPS steps: one step per two instructions, the cost of the tightest loop iteration
+# (ADDVN + FORL), so the hook never counts fewer steps than the instrumented checks would.
 HOOK_INSTRUCTIONS = 100
-HOOK_STEPS = 25
+HOOK_STEPS = 50
 
 MAX_REPORTS = 1000
 MAX_REPORT_CHARS = 4096

@@ -1,0 +1,326 @@
+"""The sandbox API: running, resuming, budgets per resume, preemption, errors, results."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from moonbox import (
+    Budget,
+    BudgetExceeded,
+    ConfigError,
+    Sandbox,
+    SandboxClosed,
+    ScriptError,
+)
+
+BIG = Budget(steps=10**12, wall_s=30)
+
+
+def test_hello_returns_values_reports_and_stats(make_sandbox):
+    sb = make_sandbox()
+    out = sb.run('report("hi") return add(1, 2), {1, 2, {x = "y"}}', "@examples/hello.lua")
+    assert out.status == "done" and out.ok
+    assert out.values == (3, [1, 2, {"x": "y"}])
+    assert out.value == [3, [1, 2, {"x": "y"}]]
+    assert out.reports == ("hi",)
+    assert out.stats.steps >= 1 and out.stats.memory_peak_bytes > 0 and out.stats.wall_s > 0
+
+
+def test_single_value_and_no_value(make_sandbox):
+    sb = make_sandbox()
+    assert sb.run("return 7").value == 7
+    assert sb.run("local x = 1").value is None
+    assert sb.run("return nil, 2").values == (None, 2)
+
+
+def test_strings_cross_as_text(make_sandbox):
+    sb = make_sandbox()
+    assert sb.run('return "héllo"').value == "héllo"
+    assert sb.run('return "\\255ok"').value == "\ufffdok"
+
+
+def test_chunk_receives_arguments(make_sandbox):
+    sb = make_sandbox()
+    assert sb.run("local a, b = ... return a + b.n", args=(2, {"n": 3})).value == 5
+
+
+def test_runtime_error_names_chunk_line_and_frames(make_sandbox):
+    sb = make_sandbox()
+    src = "local function inner()\n  error('boom')\nend\nlocal function outer() inner() end\nouter()\n"
+    out = sb.run(src, "@mods/waves/main.lua")
+    assert out.status == "error"
+    err = out.error
+    assert isinstance(err, ScriptError) and err.kind == "runtime"
+    assert (err.chunk, err.line, err.message) == ("@mods/waves/main.lua", 2, "boom")
+    assert str(err) == "mods/waves/main.lua:2: boom"
+    assert [f.line for f in err.traceback] == [2, 4, 5]
+    assert err.traceback[0].function == "inner"
+    assert err.traceback[-1].function == "main chunk"
+    assert err.to_dict()["traceback"][0] == {
+        "chunk": "@mods/waves/main.lua", "line": 2, "function": "inner"
+    }
+
+
+def test_error_without_position_uses_the_top_frame(make_sandbox):
+    out = make_sandbox().run("\n\nerror('plain', 0)", "@e.lua")
+    assert (out.error.message, out.error.line) == ("plain", 3)
+
+
+def test_non_string_error_objects_are_described_not_called(make_sandbox):
+    out = make_sandbox().run("error({code = 1})", "@e.lua")
+    assert out.error.message == "(error object is a table value)"
+
+
+def test_syntax_error_is_structured(make_sandbox):
+    sb = make_sandbox()
+    out = sb.run("local x = 1\nlocal = 2\n", "@bad.lua")
+    assert out.status == "error" and out.error.kind == "syntax"
+    assert out.error.line == 2 and out.error.chunk == "@bad.lua"
+    with pytest.raises(ScriptError) as info:
+        sb.load("x = = 1", "@bad.lua")
+    assert info.value.kind == "syntax"
+
+
+def test_chunk_names_must_be_file_or_label(make_sandbox):
+    sb = make_sandbox()
+    with pytest.raises(ConfigError):
+        sb.load("return 1", "hello.lua")
+    with pytest.raises(ConfigError):
+        sb.load("return 1", "=[moonbox prelude]")
+
+
+def test_line_numbers_survive_instrumentation(make_sandbox):
+    src = "local n = 0\nfor i = 1, 3 do\n  n = n + i\nend\nwhile n > 0 do n = n - 1 end\nerror('at five')\n"
+    assert make_sandbox().run(src, "@l.lua").error.line == 6
+
+
+# -- budgets -------------------------------------------------------------------------------
+
+
+def test_steps_count_loop_iterations_exactly_when_instrumented():
+    with Sandbox(BIG) as sb:
+        out = sb.run("local n = 0 for i = 1, 1000 do n = n + 1 end return n")
+        assert out.value == 1000
+        assert 1000 <= out.stats.steps <= 1002
+
+
+def test_steps_budget_trips_with_kind_limit_and_used(make_sandbox):
+    sb = make_sandbox(Budget(steps=5000))
+    out = sb.run("local n = 0\nwhile true do\n  n = n + 1\nend", "@loop.lua")
+    assert out.status == "budget" and out.budget == "steps"
+    err = out.error
+    assert isinstance(err, BudgetExceeded)
+    assert err.kind == "budget" and err.limit == 5000 and err.used > 5000
+    assert err.chunk == "@loop.lua" and err.line in (2, 3)
+    assert "steps budget exceeded" in str(err)
+
+
+def test_time_budget_trips_within_the_wall_budget_plus_margin(make_sandbox):
+    sb = make_sandbox(Budget(steps=10**15, wall_s=0.2))
+    t0 = time.perf_counter()
+    out = sb.run("while true do end", "@t.lua")
+    elapsed = time.perf_counter() - t0
+    assert out.budget == "time"
+    assert out.error.limit == 0.2 and out.error.used >= 0.2
+    assert elapsed < 0.2 + 1.0  # generous: shared machines
+
+
+def test_alloc_budget_per_resume_trips_as_memory(make_sandbox):
+    sb = make_sandbox(Budget(alloc_bytes=2 << 20, max_memory=32 << 20))
+    out = sb.run("local t = {} for i = 1, 1e7 do t[i] = {} end", "@m.lua")
+    assert out.budget == "memory"
+    assert out.error.limit == 2 << 20
+    assert sb.run("return 1").value == 1
+
+
+def test_heap_cap_trips_as_memory_and_host_survives(make_sandbox):
+    sb = make_sandbox(Budget(max_memory=8 << 20))
+    out = sb.run("local s = 'x' while true do s = s .. s end", "@bomb.lua")
+    assert out.budget == "memory" and out.error.limit == 8 << 20
+    assert sb.run("return 'alive'").value == "alive"
+
+
+def test_heap_kept_full_by_globals_replaces_the_runtime(make_sandbox):
+    sb = make_sandbox(Budget(max_memory=8 << 20))
+    out = sb.run("hoard = {} while true do hoard[#hoard + 1] = tostring(#hoard) end")
+    assert out.budget == "memory"
+    assert sb.replacements == 1
+    assert sb.run("return hoard").value is None  # a fresh runtime
+    assert sb.run("return 2").value == 2
+
+
+def test_a_trip_is_final_for_the_run(make_sandbox):
+    sb = make_sandbox(Budget(steps=1000))
+    run = sb.start("while true do end")
+    assert run.resume().status == "budget"
+    assert run.finished
+    with pytest.raises(SandboxClosed):
+        run.resume()
+
+
+# -- runs, yields, preemption ----------------------------------------------------------------
+
+
+def test_each_resume_gets_a_fresh_budget(make_sandbox):
+    # Each tick spends ~6,000 steps of a 10,000 budget; five ticks would need 30,000.
+    sb = make_sandbox(Budget(steps=10_000))
+    src = """
+    local total = 0
+    for tick = 1, 5 do
+      for i = 1, 6000 do total = total + 1 end
+      coroutine.yield(tick)
+    end
+    return total
+    """
+    run = sb.start(src, "@ticks.lua")
+    seen = []
+    while True:
+        out = run.resume()
+        if out.status != "yielded":
+            break
+        seen.append(out.value)
+    assert seen == [1, 2, 3, 4, 5]
+    assert out.status == "done" and out.value == 30_000
+    assert run.resumes == 6 and run.stats.steps >= 30_000
+
+
+def test_values_pass_both_ways_through_yield(make_sandbox):
+    sb = make_sandbox()
+    run = sb.start("local x = coroutine.yield('ready') return x * 2")
+    assert run.resume().values == ("ready",)
+    assert run.resume(21).values == (42,)
+    assert run.finished
+
+
+def test_finish_resumes_until_done_and_sums(make_sandbox):
+    sb = make_sandbox()
+    run = sb.start("for i = 1, 3 do report(i) coroutine.yield() end return 'end'")
+    out = run.finish()
+    assert out.status == "done" and out.value == "end"
+    assert out.reports == ("1", "2", "3")
+
+
+def test_finish_gives_up_on_endless_yields(make_sandbox):
+    sb = make_sandbox()
+    out = sb.run("while true do coroutine.yield() end", max_resumes=10)
+    assert out.status == "error" and "10 resumes" in out.error.message
+
+
+def test_total_steps_caps_a_run_across_resumes(make_sandbox):
+    sb = make_sandbox(Budget(steps=10_000, total_steps=25_000))
+    out = sb.run("while true do for i = 1, 5000 do end coroutine.yield() end")
+    assert out.budget == "steps" and out.error.limit == 25_000
+
+
+def test_preemption_spreads_a_computation_over_resumes():
+    with Sandbox(Budget(steps=10_000), preempt=True) as sb:
+        run = sb.start("local s = 0 for i = 1, 100000 do s = s + i end return s")
+        statuses = []
+        while not run.finished:
+            statuses.append(run.resume().status)
+        assert statuses[-1] == "done"
+        assert statuses.count("preempted") >= 9
+        assert run.stats.steps >= 100_000
+
+
+def test_preemption_is_not_visible_to_the_mod():
+    with Sandbox(Budget(steps=1000), preempt=True) as sb:
+        src = "local got = {} for i = 1, 5000 do got[#got + 1] = i end return #got"
+        out = sb.run(src)
+        assert out.status == "done" and out.value == 5000
+
+
+def test_preemption_still_trips_the_hard_cap():
+    with Sandbox(Budget(steps=1000, total_steps=50_000), preempt=True) as sb:
+        out = sb.run("while true do end")
+        assert out.budget == "steps" and out.error.limit == 50_000
+
+
+def test_preemption_on_time():
+    with Sandbox(Budget(steps=10**15, wall_s=0.05, total_steps=10**15), preempt=True) as sb:
+        run = sb.start("local n = 0 while n < 3e8 do n = n + 1 end return n")
+        out = run.resume()
+        assert out.status in ("preempted", "done")
+
+
+def test_preemption_cannot_yield_from_a_mods_own_coroutine():
+    with Sandbox(Budget(steps=1000), preempt=True) as sb:
+        out = sb.run("local co = coroutine.create(function() while true do end end) "
+                     "return coroutine.resume(co)")
+        assert out.budget == "steps"
+
+
+def test_preemption_needs_instrumentation():
+    with pytest.raises(ConfigError):
+        Sandbox(preempt=True, jit=False)
+
+
+def test_closed_sandbox_refuses_work():
+    sb = Sandbox()
+    run = sb.start("coroutine.yield() return 1")
+    sb.close()
+    sb.close()
+    with pytest.raises(SandboxClosed):
+        sb.run("return 1")
+    with pytest.raises(SandboxClosed):
+        run.resume()
+
+
+def test_chunk_from_a_replaced_runtime_is_refused(make_sandbox):
+    sb = make_sandbox()
+    chunk = sb.load("return 1", "=c")
+    sb.reset()
+    with pytest.raises(SandboxClosed):
+        sb.start(chunk)
+
+
+def test_chunks_can_be_reused(make_sandbox):
+    sb = make_sandbox()
+    chunk = sb.load("n = (n or 0) + 1 return n", "=counter")
+    assert [sb.run(chunk).value for _ in range(3)] == [1, 2, 3]
+
+
+# -- reports -----------------------------------------------------------------------------------
+
+
+def test_reports_are_capped_in_count_and_size(make_sandbox):
+    sb = make_sandbox()
+    run = sb.start("for i = 1, 1500 do report(i) end report(string.rep('x', 10000))")
+    out = run.finish()
+    assert len(out.reports) == 1000 and run.reports_dropped == 501
+    out = sb.run("report(string.rep('y', 10000))")
+    assert len(out.reports[0]) == 4096 and out.reports[0].endswith("...")
+
+
+def test_print_writes_to_reports(make_sandbox):
+    out = make_sandbox().run("print('a', 1, nil, true)")
+    assert out.reports == ("a\t1\tnil\ttrue",)
+
+
+def test_report_renders_plain_values(make_sandbox):
+    out = make_sandbox().run("report({1, 2}) report(3.5) report(nil)")
+    assert out.reports == ("{1, 2}", "3.5", "nil")
+
+
+# -- the JIT and isolation -------------------------------------------------------------------
+
+
+def test_jit_mode_keeps_the_jit_on_and_hook_mode_turns_it_off():
+    with Sandbox() as on, Sandbox(jit=False) as off:
+        assert on._rt.eval("jit.status()")[0] is True
+        assert off._rt.eval("jit.status()")[0] is False
+
+
+def test_sandboxes_share_nothing():
+    with Sandbox() as a, Sandbox() as b:
+        a.run("shared = 1 string.upper = nil math.pi = 3")
+        assert b.run("return shared, string.upper('x'), math.pi > 3.14").values == (
+            None, "X", True
+        )
+
+
+def test_environment_is_fresh_table_with_self_reference(make_sandbox):
+    out = make_sandbox().run("return _G == _G._G, _G.string == string")
+    assert out.values == (True, True)
