@@ -80,7 +80,7 @@ def run(files: tuple[Path, ...], steps: int, memory: int, time_s: float, heap: i
         budget = Budget(steps=steps, alloc_bytes=memory, wall_s=time_s, max_memory=heap)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     worst = EXIT_OK
     for path in files:
         code = _run_file(path, budget, not no_jit, as_json, console)
@@ -123,7 +123,7 @@ def _host_failure(path: Path, message: str, as_json: bool, console: Console) -> 
         }
         print(json.dumps(record), flush=True)
     else:
-        Console(stderr=True, highlight=False).print(
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
             f"[bold red]{escape(str(path))}: host error:[/] {escape(message)}"
         )
     return EXIT_USAGE
@@ -171,7 +171,7 @@ def demo() -> None:
     """A short showcase of the sandbox: budgets, trips, escapes refused."""
     from ._demo import run_demo
 
-    sys.exit(run_demo(Console(highlight=False)))
+    sys.exit(run_demo(Console(highlight=False, soft_wrap=True)))
 
 
 @cli.command()
@@ -181,7 +181,7 @@ def bench(quick: bool, as_json: bool) -> None:
     """Sandbox overhead: metered, hook-metered and raw LuaJIT, interleaved, as ratios."""
     from ._bench import run_bench
 
-    sys.exit(run_bench(Console(highlight=False), quick=quick, as_json=as_json))
+    sys.exit(run_bench(Console(highlight=False, soft_wrap=True), quick=quick, as_json=as_json))
 
 
 def main() -> None:

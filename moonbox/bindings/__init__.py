@@ -4,7 +4,9 @@ This is the minimal form: :class:`Binding` (a name, a pydantic argument model, a
 the two default bindings ``report`` and ``add``.
 """
 
-from ._binding import Binding, Risk
+from ._binding import Binding, LuaNumber, Risk
 from ._defaults import AddArgs, ReportArgs, add, default_bindings, report
 
-__all__ = ["AddArgs", "Binding", "ReportArgs", "Risk", "add", "default_bindings", "report"]
+__all__ = [
+    "AddArgs", "Binding", "LuaNumber", "ReportArgs", "Risk", "add", "default_bindings", "report",
+]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, PlainValidator, ValidationError
 from pydantic_core import PydanticCustomError
@@ -105,7 +106,7 @@ class Binding:
                     f"expected at most {len(fields)} argument{'s' if len(fields) != 1 else ''}, "
                     f"got {len(args)}"
                 )
-            data = {name: value for name, value in zip(fields, args) if value is not None}
+            data = {name: value for name, value in zip(fields, args, strict=False) if value is not None}
         try:
             return self.args.model_validate(data)
         except ValidationError as exc:

@@ -8,8 +8,8 @@ fields of :data:`ALLOWED_LIBRARIES`, plus the host functions the sandbox was giv
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Mapping
 
 __all__ = ["ALLOWED_GLOBALS", "ALLOWED_LIBRARIES", "DENIED"]
 

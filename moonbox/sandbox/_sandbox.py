@@ -6,9 +6,10 @@ import logging
 import re
 import secrets
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Iterable, Literal, Protocol, Sequence
+from typing import Any, Literal, Protocol
 
 from .._errors import (
     BindingError,
@@ -416,7 +417,7 @@ class Sandbox:
             ConfigError: a chunk name that is not ``@...`` or ``=...``.
         """
         self._check_open()
-        if not chunk[:1] in ("@", "=") or chunk.startswith("=[moonbox") or len(chunk) > 512:
+        if chunk[:1] not in ("@", "=") or chunk.startswith("=[moonbox") or len(chunk) > 512:
             raise ConfigError(
                 f"chunk name {chunk!r} must start with '@' (a file) or '=' (a label)"
             )
@@ -555,8 +556,8 @@ class Sandbox:
         if status in ("done", "yielded"):
             count, packed = int(res[5]), res[6]
             problem = self._h_check(
-                packed, False, self.value_limits.max_depth + 1, self.value_limits.max_items,
-                self.value_limits.max_bytes,
+                packed, False, self.value_limits.max_depth, self.value_limits.max_items,
+                self.value_limits.max_bytes, 0,
             )
             if problem is not None:
                 what = "returned" if status == "done" else "yielded"
@@ -653,8 +654,8 @@ class Sandbox:
         if kind != "table":
             raise BindingError(f"argument {index}: a {kind} cannot cross to the host")
         limits = self.value_limits
-        problem = self._h_check(value, True, limits.max_depth + 1, limits.max_items,
-                                limits.max_bytes)
+        problem = self._h_check(value, True, limits.max_depth, limits.max_items,
+                                limits.max_bytes, 1)
         if problem is not None:
             raise BindingError(_text(problem).replace("value", f"argument {index}", 1))
         return to_python(value)

@@ -180,7 +180,6 @@ class _Lexer:
                     pos += 1
                 self.line += 1
                 continue
-            start = pos
             line = self.line
             if ch == "-" and src.startswith("--", pos):
                 pos += 2

@@ -214,7 +214,7 @@ local DATA_TYPES = { ["nil"] = true, boolean = true, number = true, string = tru
 -- Checks a value tree before Python copies it. Returns nil, or an error message.
 -- strict: functions, coroutines and userdata are errors; otherwise Python shows them as
 -- placeholders. Never calls a metamethod.
-local function check_export(value, strict, max_depth, max_items, max_bytes)
+local function check_export(value, strict, max_depth, max_items, max_bytes, depth0)
   local seen = {}
   local items, bytes = 0, 0
   local function walk(v, depth, path)
@@ -260,7 +260,7 @@ local function check_export(value, strict, max_depth, max_items, max_bytes)
     seen[v] = nil
     return nil
   end
-  return walk(value, 1, "value")
+  return walk(value, depth0, "value")
 end
 
 -------------------------------------------------------------------------------------------
@@ -520,8 +520,9 @@ function host.resume(id, steps, wall_s, alloc_limit_bytes, alloc_bytes, total_li
   return finish_resume(run, co_resume(run.co, ...))
 end
 
-function host.check_export(value, strict, max_depth, max_items, max_bytes)
-  return check_export(value, strict, max_depth, max_items, max_bytes)
+-- depth0 is the depth of `value` itself: 0 for the wrapper table of returned values.
+function host.check_export(value, strict, max_depth, max_items, max_bytes, depth0)
+  return check_export(value, strict, max_depth, max_items, max_bytes, depth0)
 end
 
 function host.pack(...)

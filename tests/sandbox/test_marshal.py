@@ -1,0 +1,130 @@
+"""Values crossing the boundary: plain data round-trips; limits, cycles and metamethods."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from moonbox import Sandbox, ValueLimits
+from moonbox.sandbox._marshal import format_value
+
+# Plain data as a mod sees it: Lua numbers are doubles, so integers stay within 2^53;
+# list-like tables are non-empty (an empty table comes back as {}).
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**53), max_value=2**53)
+    | st.floats(allow_nan=False, allow_infinity=True).filter(lambda f: f != int(f) if math.isfinite(f) else True)
+    | st.text(max_size=20)
+)
+_keys = st.text(min_size=1, max_size=10)
+_plain = st.recursive(
+    _scalars.filter(lambda v: v is not None),
+    lambda children: st.lists(children, min_size=1, max_size=5)
+    | st.dictionaries(_keys, children, min_size=1, max_size=5),
+    max_leaves=30,
+)
+
+
+def _normalise(value):
+    # Lua numbers are doubles: an integral float comes back as an int.
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+        return int(value)
+    if isinstance(value, list):
+        return [_normalise(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _normalise(v) for k, v in value.items()}
+    return value
+
+
+@settings(max_examples=150, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(_plain)
+def test_plain_data_round_trips_through_lua(value):
+    with Sandbox() as sb:
+        out = sb.run("return ...", args=(value,))
+    assert out.status == "done"
+    assert out.value == _normalise(value)
+
+
+@settings(max_examples=50, deadline=None, derandomize=True)
+@given(_plain)
+def test_binding_arguments_arrive_as_the_same_data(value):
+    import moonbox
+
+    seen = []
+
+    class Echo:
+        name = "echo"
+        cost = 1
+
+        def __call__(self, call, args):
+            seen.append(args[0])
+            return (args[0],)
+
+    with Sandbox(host_functions=[Echo(), *moonbox.default_bindings()]) as sb:
+        out = sb.run("return echo(...)", args=(value,))
+    assert out.value == _normalise(value) == seen[0]
+
+
+def test_cycles_are_refused_not_followed():
+    with Sandbox() as sb:
+        out = sb.run("local t = {} t.self = t return t")
+    assert out.status == "error" and "cycle" in out.error.message
+
+
+def test_shared_subtables_are_copied_not_refused():
+    with Sandbox() as sb:
+        out = sb.run("local s = {1} return {a = s, b = s}")
+    assert out.value == {"a": [1], "b": [1]}
+
+
+def test_depth_limit():
+    with Sandbox(value_limits=ValueLimits(max_depth=10)) as sb:
+        assert sb.run("local t = 1 for i = 1, 9 do t = {t} end return t").status == "done"
+        out = sb.run("local t = 1 for i = 1, 50 do t = {t} end return t")
+    assert out.status == "error" and "deeper than 10" in out.error.message
+
+
+def test_size_limits():
+    with Sandbox(value_limits=ValueLimits(max_items=100, max_bytes=1000)) as sb:
+        out = sb.run("local t = {} for i = 1, 101 do t[i] = i end return t")
+        assert out.status == "error" and "more than 100 items" in out.error.message
+        out = sb.run("return string.rep('x', 2000)")
+        assert out.status == "error" and "bytes" in out.error.message
+
+
+def test_non_data_values_become_placeholders_in_results():
+    with Sandbox() as sb:
+        out = sb.run("return {f = type, c = coroutine.create(type)}, 1LL")
+    assert out.values == ({"f": "<function>", "c": "<function>"}, "<cdata>")
+
+
+def test_metamethods_never_run_while_copying_out():
+    src = """
+    local trap = function() report('ran') while true do end end
+    local mt = {__index = trap, __newindex = trap, __len = trap, __pairs = trap,
+                __tostring = trap, __eq = trap, __call = trap}
+    return setmetatable({1, 2, x = setmetatable({}, mt)}, mt)
+    """
+    import moonbox
+
+    with Sandbox(host_functions=moonbox.default_bindings()) as sb:
+        out = sb.run(src)
+    assert out.status == "done" and out.reports == ()
+    assert out.value == {1: 1, 2: 2, "x": {}} or out.value == [1, 2]  # keys as stored
+    assert out.value[1] == 1
+
+
+def test_keys_that_cannot_cross():
+    with Sandbox() as sb:
+        out = sb.run("return {[true] = 1}")
+    assert out.status == "error" and "boolean key" in out.error.message
+
+
+def test_format_value_is_bounded_and_readable():
+    assert format_value({"a": [1, 2.5, None, True]}) == "{a={1, 2.5, nil, true}}"
+    assert format_value(float("nan")) == "nan"
+    assert len(format_value(list(range(10_000)), limit=100)) == 100

@@ -1,0 +1,146 @@
+"""The `moonbox run` contract: flags, JSON lines, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from moonbox.cli import cli
+
+
+@pytest.fixture
+def lua(tmp_path: Path):
+    def write(name: str, text: str) -> str:
+        path = tmp_path / name
+        path.write_text(text)
+        return str(path)
+
+    return write
+
+
+def _run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["run", *args])
+    return result.exit_code, result.output
+
+
+def _records(output: str) -> list[dict]:
+    return [json.loads(line) for line in output.splitlines() if line.strip()]
+
+
+def test_ok_file_json_record(lua):
+    f = lua("hello.lua", 'report("hi") return add(1, 2)')
+    code, out = _run(f, "--json")
+    assert code == 0
+    (rec,) = _records(out)
+    assert rec == {
+        "file": f, "status": "ok", "budget": None, "value": 3, "reports": ["hi"],
+        "error": None, "stats": rec["stats"],
+    }
+    assert set(rec["stats"]) == {"steps", "memory_peak_bytes", "wall_s"}
+
+
+def test_budget_trip_exits_3(lua):
+    f = lua("loop.lua", "while true do end")
+    code, out = _run(f, "--json", "--steps", "1000")
+    assert code == 3
+    (rec,) = _records(out)
+    assert rec["status"] == "budget" and rec["budget"] == "steps"
+    assert rec["error"]["kind"] == "budget" and rec["error"]["line"] == 1
+    assert rec["error"]["chunk"] == "@" + f
+
+
+def test_time_flag(lua):
+    f = lua("slow.lua", "while true do end")
+    code, out = _run(f, "--json", "--steps", "1000000000000", "--time", "0.1")
+    assert code == 3 and _records(out)[0]["budget"] == "time"
+
+
+def test_memory_and_heap_flags_accept_sizes(lua):
+    f = lua("bomb.lua", "local s = 'x' while true do s = s .. s end")
+    code, out = _run(f, "--json", "--heap", "4MB", "--memory", "2MB")
+    assert code == 3 and _records(out)[0]["budget"] == "memory"
+
+
+def test_script_error_exits_1_and_wins_over_budget(lua):
+    ok = lua("ok.lua", "return 1")
+    loop = lua("loop.lua", "while true do end")
+    bad = lua("bad.lua", "\nerror('boom')")
+    code, out = _run(ok, loop, bad, "--json", "--steps", "1000")
+    assert code == 1
+    recs = _records(out)
+    assert [r["status"] for r in recs] == ["ok", "budget", "error"]
+    assert recs[2]["error"] == {
+        "kind": "runtime", "message": "boom", "chunk": "@" + bad, "line": 2,
+        "traceback": [{"chunk": "@" + bad, "line": 2, "function": "main chunk"}],
+    }
+
+
+def test_syntax_error_record(lua):
+    f = lua("syntax.lua", "x = = 1")
+    code, out = _run(f, "--json")
+    assert code == 1 and _records(out)[0]["error"]["kind"] == "syntax"
+
+
+def test_files_run_as_separate_mods_in_order(lua):
+    a = lua("a.lua", "shared = 'a' return shared")
+    b = lua("b.lua", "return shared")
+    code, out = _run(a, b, "--json")
+    assert [r["value"] for r in _records(out)] == ["a", None]
+
+
+def test_no_jit_flag(lua):
+    f = lua("loop.lua", "while true do end")
+    code, out = _run(f, "--json", "--no-jit", "--steps", "1000")
+    assert code == 3 and _records(out)[0]["budget"] == "steps"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--steps", "0", "x.lua"],
+        ["--heap", "lots", "x.lua"],
+        ["--time", "-1", "x.lua"],
+        ["--bogus", "x.lua"],
+    ],
+)
+def test_usage_errors_exit_2(args):
+    assert CliRunner().invoke(cli, ["run", *args]).exit_code == 2
+
+
+def test_missing_file_is_a_host_error_exit_2(tmp_path):
+    code, out = _run(str(tmp_path / "nope.lua"), "--json")
+    assert code == 2
+    assert _records(out)[0]["error"]["kind"] == "host"
+
+
+def test_readable_output_names_file_line_and_budget(lua):
+    f = lua("loop.lua", "local n = 0\nwhile true do n = n + 1 end")
+    code, out = _run(f, "--steps", "1000")
+    assert code == 3
+    assert "budget" in out and "loop.lua:2" in out and "steps budget exceeded" in out
+
+
+def test_non_finite_values_are_valid_json(lua):
+    f = lua("inf.lua", "return {1/0, -1/0, 0/0}")
+    code, out = _run(f, "--json")
+    assert _records(out)[0]["value"] == ["inf", "-inf", "nan"]
+
+
+def test_module_entry_point_runs(lua):
+    f = lua("hello.lua", "return 5")
+    proc = subprocess.run([sys.executable, "-m", "moonbox", "run", f, "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["value"] == 5
+
+
+def test_demo_runs():
+    result = CliRunner().invoke(cli, ["demo"])
+    assert result.exit_code == 0, result.output
+    assert "steps budget exceeded" in result.output
+    assert "memory budget exceeded" in result.output

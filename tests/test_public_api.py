@@ -1,0 +1,37 @@
+"""The public surface is curated: a change to it is a decision, made here."""
+
+from __future__ import annotations
+
+import moonbox
+import moonbox.bindings
+import moonbox.sandbox
+
+
+def test_top_level_names():
+    assert moonbox.__all__ == sorted(moonbox.__all__)
+    assert moonbox.__all__ == [
+        "Binding", "BindingError", "Budget", "BudgetExceeded", "Chunk", "ConfigError", "Frame",
+        "HostCall", "HostError", "MoonboxError", "Outcome", "Run", "Sandbox", "SandboxClosed",
+        "ScriptError", "Stats", "ValueLimits", "default_bindings",
+    ]
+    for name in moonbox.__all__:
+        assert hasattr(moonbox, name)
+
+
+def test_subpackage_names():
+    assert moonbox.sandbox.__all__ == [
+        "ALLOWED_GLOBALS", "ALLOWED_LIBRARIES", "Budget", "Chunk", "DENIED", "HostCall",
+        "HostFunction", "Outcome", "Run", "Sandbox", "Stats", "Status", "ValueLimits",
+        "parse_size",
+    ]
+    assert moonbox.bindings.__all__ == [
+        "AddArgs", "Binding", "LuaNumber", "ReportArgs", "Risk", "add", "default_bindings",
+        "report",
+    ]
+
+
+def test_one_exception_tree():
+    for name in ("BindingError", "BudgetExceeded", "ConfigError", "HostError",
+                 "SandboxClosed", "ScriptError"):
+        assert issubclass(getattr(moonbox, name), moonbox.MoonboxError)
+    assert issubclass(moonbox.BudgetExceeded, moonbox.ScriptError)
