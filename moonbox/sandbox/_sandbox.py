@@ -60,6 +60,9 @@ MAX_REPORTS = 1000
 MAX_REPORT_CHARS = 4096
 MAX_REPORTS_TOTAL_CHARS = 256 << 10
 MAX_MESSAGE_BYTES = 4096
+# Calls nested through library functions that call back into Lua (gsub, sort, tostring,
+# string.format, coroutine resumes): the same bound as LuaJIT's own C-call limit.
+MAX_C_DEPTH = 200
 
 Status = Literal["done", "yielded", "preempted", "error", "budget"]
 
@@ -205,6 +208,7 @@ class Run:
         self._report_chars = 0
         self.stats = Stats()
         self.resumes = 0
+        self._denials: set[str] = set()
 
     @property
     def finished(self) -> bool:
@@ -352,6 +356,7 @@ class Sandbox:
                 "hook_instructions": HOOK_INSTRUCTIONS,
                 "hook_steps": HOOK_STEPS,
                 "max_message_bytes": MAX_MESSAGE_BYTES,
+                "max_c_depth": MAX_C_DEPTH,
             },
         )
         host = loader(_PRELUDE, _PRELUDE_NAME, config, self._dispatch)
@@ -588,6 +593,8 @@ class Sandbox:
                 self._after_memory_trip(run)
             return outcome
         err = self._runtime_error(_text(info[b"message"]), frames, run.chunk.name)
+        if err.message in run._denials:
+            err.kind = "denied"
         return Outcome("error", (), err, reports, stats)
 
     def _after_memory_trip(self, run: Run) -> None:
@@ -639,7 +646,10 @@ class Sandbox:
             result = hf(call, plain)
             return (True, *(to_lua(self._rt, v) for v in result))
         except BindingError as exc:
-            return (False, f"{hf.name}: {exc}".encode("utf-8", "replace"))
+            message = f"{hf.name}: {exc}"
+            if exc.reason == "denied" and call.run is not None and len(call.run._denials) < 64:
+                call.run._denials.add(message)
+            return (False, message.encode("utf-8", "replace"))
         except lua.LuaMemoryError:
             raise
         except Exception:

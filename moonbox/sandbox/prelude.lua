@@ -304,18 +304,62 @@ local real = {
 }
 
 local wrapped = {}
-local wrapped_lib = { coroutine = {} }
+local wrapped_lib = { coroutine = {}, string = {}, table = {} }
+
+-- Nested calls through C. Library functions that call back into Lua (gsub callbacks, sort
+-- comparators, __tostring, coroutine resumes) recurse on the C stack, where LuaJIT does not
+-- always check depth: unchecked, a recursive gsub callback or nested coroutine resumes crash
+-- the process. They share one bounded depth; passing it is one catchable error.
+local MAX_C_DEPTH = config.max_c_depth
+local c_depth = 0
+
+local function leave_c(...)
+  c_depth = c_depth - 1
+  return ...
+end
+
+local function raise_here(message)
+  -- Raises with the position of the innermost mod frame (tail calls hide the caller).
+  local src, line = mod_frame(2)
+  if src then
+    local short = s_sub(src, 1, 1) == "@" and s_sub(src, 2) or src
+    message = short .. ":" .. line .. ": " .. message
+  end
+  error(message, 0)
+end
+
+local function depth_guarded(fn, name)
+  local message = name .. ": calls nested too deeply through library functions (more than "
+    .. MAX_C_DEPTH .. " levels)"
+  return function(...)
+    if c_depth >= MAX_C_DEPTH then raise_here(message) end
+    c_depth = c_depth + 1
+    return leave_c(fn(...))
+  end
+end
+
+-- Where an error can be caught, the depth goes back to what it was before the call.
+local function rethrow_at(depth, ok, ...)
+  c_depth = depth
+  return rethrow(ok, ...)
+end
 
 function wrapped.pcall(f, ...)
-  return rethrow(pcall(f, ...))
+  return rethrow_at(c_depth, pcall(f, ...))
 end
 
 function wrapped.xpcall(f, handler, ...)
-  return rethrow(xpcall(f, handler, ...))
+  return rethrow_at(c_depth, xpcall(f, handler, ...))
 end
 
+local RESUME_TOO_DEEP = "coroutine.resume: coroutines nested too deeply (more than "
+  .. MAX_C_DEPTH .. " levels)"
+
 function wrapped_lib.coroutine.resume(co, ...)
-  return rethrow(co_resume(co, ...))
+  local depth = c_depth
+  if depth >= MAX_C_DEPTH then raise_here(RESUME_TOO_DEEP) end
+  c_depth = depth + 1
+  return rethrow_at(depth, co_resume(co, ...))
 end
 
 local function wrap_result(ok, ...)
@@ -326,9 +370,17 @@ end
 function wrapped_lib.coroutine.wrap(f)
   local co = co_create(f)
   return function(...)
-    return wrap_result(rethrow(co_resume(co, ...)))
+    local depth = c_depth
+    if depth >= MAX_C_DEPTH then raise_here(RESUME_TOO_DEEP) end
+    c_depth = depth + 1
+    return wrap_result(rethrow_at(depth, co_resume(co, ...)))
   end
 end
+
+wrapped.tostring = depth_guarded(tostring, "tostring")
+wrapped_lib.string.gsub = depth_guarded(string.gsub, "string.gsub")
+wrapped_lib.string.format = depth_guarded(string.format, "string.format")
+wrapped_lib.table.sort = depth_guarded(table.sort, "table.sort")
 
 function wrapped.collectgarbage(opt)
   if opt == "count" then return collectgarbage("count") end
@@ -383,18 +435,9 @@ end
 -------------------------------------------------------------------------------------------
 -- Host functions: closures over the one dispatcher.
 -------------------------------------------------------------------------------------------
-local function with_position(msg)
-  local src, line = mod_frame(2)
-  if src then
-    local short = s_sub(src, 1, 1) == "@" and s_sub(src, 2) or src
-    return short .. ":" .. line .. ": " .. msg
-  end
-  return msg
-end
-
 local function finish(ok, ...)
   if ok then return ... end
-  error(with_position((...)), 0)
+  raise_here((...))
 end
 
 local function make_host_function(name, cost)
@@ -501,6 +544,7 @@ function host.resume(id, steps, wall_s, alloc_limit_bytes, alloc_bytes, total_li
   if co_status(run.co) == "dead" then return "closed" end
   tripped = false
   t_kind, t_chunk, t_line = nil, nil, nil
+  c_depth = 0
   m_used = 0
   m_limit = steps
   m_total_base = run.total

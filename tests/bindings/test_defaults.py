@@ -90,3 +90,20 @@ def test_binding_names_are_validated():
             Binding(bad, Args, lambda c, a: None)
     with pytest.raises(moonbox.ConfigError):
         Sandbox(host_functions=[moonbox.bindings.add, moonbox.bindings.add])
+
+
+def test_a_denial_that_ends_the_run_has_kind_denied():
+    class Args(BaseModel):
+        pass
+
+    def refuse(call, args):
+        raise moonbox.BindingError("not allowed for this mod", reason="denied")
+
+    b = Binding("nuke", Args, refuse, risk="danger")
+    with Sandbox(host_functions=[b]) as sb:
+        out = sb.run("\nnuke()", "@m.lua")
+        assert out.error.kind == "denied" and out.error.line == 2
+        assert out.error.message == "nuke: not allowed for this mod"
+        # Caught by the mod and replaced by its own error: an ordinary runtime error.
+        out = sb.run("pcall(nuke) error('mine')", "@m.lua")
+        assert out.error.kind == "runtime"
