@@ -88,14 +88,23 @@ class Binding:
             raise ValueError(f"binding name {self.name!r}: use 1-64 letters, digits or '_'")
         if self.cost < 0:
             raise ValueError("a binding's cost cannot be negative")
+        fields = tuple(self.args.model_fields)
+        object.__setattr__(self, "_fields", fields)
+        object.__setattr__(self, "_field_set", frozenset(fields))
+        object.__setattr__(self, "_validate", self.args.__pydantic_validator__.validate_python)
 
     def validate(self, args: tuple[Any, ...]) -> BaseModel:
-        fields = list(self.args.model_fields)
-        if len(args) == 1 and isinstance(args[0], dict) and (
-            len(fields) != 1 or not args[0] or set(args[0]) <= set(fields)
+        """Map Lua arguments onto the model and validate them.
+
+        Raises:
+            BindingError: one line naming the argument and the problem.
+        """
+        fields: tuple[str, ...] = self._fields  # type: ignore[attr-defined]
+        if len(args) == 1 and type(args[0]) is dict and (
+            len(fields) != 1 or not args[0] or args[0].keys() <= self._field_set  # type: ignore[attr-defined]
         ):
             data: dict[str, Any] = args[0]
-            unknown = [k for k in data if k not in fields]
+            unknown = [k for k in data if k not in self._field_set]  # type: ignore[attr-defined]
             if unknown:
                 raise BindingError(f"argument {unknown[0]}: unexpected argument")
         else:
@@ -106,9 +115,12 @@ class Binding:
                     f"expected at most {len(fields)} argument{'s' if len(fields) != 1 else ''}, "
                     f"got {len(args)}"
                 )
-            data = {name: value for name, value in zip(fields, args, strict=False) if value is not None}
+            data = {}
+            for name, value in zip(fields, args, strict=False):
+                if value is not None:
+                    data[name] = value
         try:
-            return self.args.model_validate(data)
+            return self._validate(data)  # type: ignore[attr-defined,no-any-return]
         except ValidationError as exc:
             first = exc.errors()[0]
             loc = ".".join(str(p) for p in first["loc"]) or "arguments"

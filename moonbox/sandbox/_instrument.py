@@ -58,8 +58,8 @@ class ReservedNameError(ValueError):
 class Instrumented:
     """Instrumented chunk text and how many checks it holds.
 
-    ``source`` is a chunk that returns the wrapper: call it with the step cell and the slow
-    path to get the mod's main function.
+    ``source`` is a chunk that returns the mod's main function with two leading parameters:
+    call it as ``main(cell, slow, ...)``. One function level is added, no line.
     """
 
     source: str
@@ -144,12 +144,12 @@ def instrument(src: str, *, cell: str, slow: str) -> Instrumented:
                 inserts.append(tokens[j].end)
         prev = tok
         i += 1
-    parts = [f"return function({cell},{slow}) return function(...) "]
+    parts = [f"return function({cell},{slow},...) "]
     last = 0
     for offset in inserts:
         parts.append(src[last:offset])
         parts.append(check)
         last = offset
     parts.append(src[last:])
-    parts.append("\nend end")
+    parts.append("\nend")
     return Instrumented("".join(parts), len(inserts))

@@ -60,16 +60,15 @@ def _prelude_bytecode() -> bytes:
     return _prelude_cache[0]
 
 
-_ENV_SPEC: dict[str, Any] = {name: True for name in ALLOWED_GLOBALS}
-_ENV_SPEC.update({lib: list(fields) for lib, fields in ALLOWED_LIBRARIES.items()})
-
-
-def _env_spec(runtime: Any) -> Any:
-    return to_lua(runtime, _ENV_SPEC)
+# The allowlist as the prelude reads it: "name ... lib:field,field ...".
+_ENV_SPEC = " ".join(
+    [*ALLOWED_GLOBALS, *(f"{lib}:{','.join(fields)}" for lib, fields in ALLOWED_LIBRARIES.items())]
+).encode()
 
 
 _SCALARS = frozenset({bool, int, float})
 _tuple_new = tuple.__new__
+_OK = (True,)
 _STATUS: dict[bytes, Status] = {b"done": "done", b"yielded": "yielded"}
 
 # Room above the heap cap for the host's own work between resumes (copying results out,
@@ -82,8 +81,8 @@ _REPLACE_ABOVE = 0.75
 # jit=False mode: the count hook fires every HOOK_INSTRUCTIONS VM instructions and charges
 # HOOK_STEPS steps: one step per two instructions, the cost of the tightest loop iteration
 # (ADDVN + FORL), so the hook never counts fewer steps than the instrumented checks would.
-HOOK_INSTRUCTIONS = 100
-HOOK_STEPS = 50
+HOOK_INSTRUCTIONS = 1000
+HOOK_STEPS = 500
 
 MAX_REPORTS = 1000
 MAX_REPORT_CHARS = 4096
@@ -96,6 +95,8 @@ MAX_C_DEPTH = 200
 Status = Literal["done", "yielded", "preempted", "error", "budget"]
 
 _FINISHED = frozenset({"done", "error", "budget"})
+# LuaJIT's compile-time limits, as its messages name them.
+_LUAJIT_LIMITS = ("upvalues", "syntax levels", "too long", "too many", "complex")
 
 _POSITION = re.compile(r"^(.*?):(\d+): (.*)$", re.DOTALL)
 
@@ -367,6 +368,8 @@ class Sandbox:
         self._generation = 0
         self._runs: dict[int, Run] = {}
         self._running: Run | None = None
+        # One call context, reused: a host function cannot call back into its sandbox.
+        self._call = HostCall(self, None, "")
         self._closed = False
         self.replacements = 0
         self._open_runtime()
@@ -410,7 +413,7 @@ class Sandbox:
         closures = rt.table()
         for key, hf in self._host_functions.items():
             closures[key] = host[b"make_host_function"](key, hf.cost)
-        self._env = host[b"make_env"](_env_spec(rt), closures)
+        self._env = host[b"make_env"](_ENV_SPEC, closures)
         rt.set_max_memory(self.budget.max_memory + _HOST_HEADROOM_BYTES, total=True)
         self._generation += 1
 
@@ -478,21 +481,32 @@ class Sandbox:
         raw = text.encode("utf-8", "surrogateescape")
         wrapped: bytes | None = None
         checks = 0
-        if self.jit:
-            try:
-                inst = instrument(text, cell=self._cell_name, slow=self._slow_name)
-            except ReservedNameError as exc:
-                raise self._syntax(str(exc).split(": ", 1)[1], chunk, exc.line) from None
-            except (LuaTokenError, ValueError):
-                inst = None  # let LuaJIT's own parser name the syntax error
-            if inst is not None:
-                wrapped = inst.source.encode("utf-8", "surrogateescape")
-                checks = inst.checks
+        # Instrumented in both modes, so reserved names are refused alike; the count-hook
+        # mode then loads the source as it is.
+        try:
+            inst = instrument(text, cell=self._cell_name, slow=self._slow_name)
+        except ReservedNameError as exc:
+            raise self._syntax(str(exc).split(": ", 1)[1], chunk, exc.line) from None
+        except (LuaTokenError, ValueError):
+            inst = None  # let LuaJIT's own parser name the syntax error
+        if inst is not None and self.jit:
+            wrapped = inst.source.encode("utf-8", "surrogateescape")
+            checks = inst.checks
         fn, err, *rest = self._compile(raw, wrapped, chunk)
         if fn is None:
             message = _text(err)
             if rest and rest[0]:
-                # LuaJIT accepted the source but not its instrumented form: a moonbox bug.
+                # LuaJIT accepted the source but not its instrumented form. Near one of
+                # LuaJIT's limits that is the mod's to fix; anything else is a moonbox bug.
+                if any(limit in message for limit in _LUAJIT_LIMITS):
+                    m = _POSITION.match(message.split("(", 1)[-1])
+                    raise self._syntax(
+                        f"{m.group(3).rstrip(')') if m else message} once instrumented: "
+                        "moonbox adds up to 2 upvalues to each function and one nesting "
+                        "level, and this source is at LuaJIT's limit; split the function "
+                        "or nest less",
+                        chunk, int(m.group(2)) if m else None,
+                    )
                 raise HostError(f"{chunk}: {message}")
             m = _POSITION.match(message)
             if m:
@@ -680,11 +694,27 @@ class Sandbox:
         hf = self._host_functions.get(name)
         if hf is None:  # unreachable: closures exist only for registered names
             return (False, f"{_text(name)}: no such host function".encode())
-        call = HostCall(self, self._running, hf.name)
+        call = self._call
+        call.run = self._running
+        call.name = hf.name
         try:
-            plain = tuple(self._argument(a, i) for i, a in enumerate(args, 1))
-            result = hf(call, plain)
-            return (True, *(to_lua(self._rt, v) for v in result))
+            plain = []
+            for index, value in enumerate(args, 1):
+                kind = type(value)
+                if kind is bytes:
+                    plain.append(value.decode("utf-8", "replace"))
+                elif value is None or kind in _SCALARS:
+                    plain.append(value)
+                else:
+                    plain.append(self._argument(value, index))
+            result = hf(call, tuple(plain))
+            if not result:
+                return _OK
+            out: list[Any] = [True]
+            for value in result:
+                out.append(value if value is None or type(value) in _SCALARS
+                           else to_lua(self._rt, value))
+            return tuple(out)
         except BindingError as exc:
             message = f"{hf.name}: {exc}"
             if exc.reason == "denied" and call.run is not None and len(call.run._denials) < 64:

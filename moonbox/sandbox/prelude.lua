@@ -385,10 +385,24 @@ function wrapped_lib.coroutine.wrap(f)
   end
 end
 
-wrapped.tostring = depth_guarded(tostring, "tostring")
 wrapped_lib.string.gsub = depth_guarded(string.gsub, "string.gsub")
-wrapped_lib.string.format = depth_guarded(string.format, "string.format")
 wrapped_lib.table.sort = depth_guarded(table.sort, "table.sort")
+
+-- tostring and string.format reach Lua only through a table's __tostring: other arguments
+-- skip the guard (it would double the cost of string-heavy code).
+local guarded_tostring = depth_guarded(tostring, "tostring")
+function wrapped.tostring(...)
+  if type((...)) ~= "table" then return tostring(...) end
+  return guarded_tostring(...)
+end
+
+local guarded_format = depth_guarded(s_format, "string.format")
+function wrapped_lib.string.format(...)
+  for i = 2, select("#", ...) do
+    if type((select(i, ...))) == "table" then return guarded_format(...) end
+  end
+  return s_format(...)
+end
 
 function wrapped.collectgarbage(opt)
   if opt == "count" then return collectgarbage("count") end
@@ -396,6 +410,22 @@ function wrapped.collectgarbage(opt)
 end
 
 local string_mt = getmetatable("")
+
+-- Parses the allowlist the host sends as text: "name name lib:field,field ...".
+local function parse_spec(spec)
+  local globals = {}
+  for word in string.gmatch(spec, "%S+") do
+    local lib, fields = string.match(word, "^([%w_]+):(.*)$")
+    if lib then
+      local list = {}
+      for f in string.gmatch(fields, "[^,]+") do list[#list + 1] = f end
+      globals[lib] = list
+    else
+      globals[word] = true
+    end
+  end
+  return globals
+end
 
 -- Builds a fresh environment: `globals` maps global names to true (take the real or
 -- wrapped function) or to a list of field names (a fresh copy of that library table).
@@ -462,6 +492,7 @@ end
 -------------------------------------------------------------------------------------------
 local runs = {}
 local next_run = 0
+local main_of = setmetatable({}, { __mode = "k" })  -- entry function -> the mod's main
 
 local host = {}
 
@@ -480,14 +511,16 @@ function host.compile(source, wrapped_source, chunkname, env)
     if not maker then
       return nil, "moonbox could not instrument this source (" .. err .. ")", true
     end
-    fn = maker()(cell, slow)
+    local body = maker()
+    fn = function(...) return body(cell, slow, ...) end
+    main_of[fn] = body
   end
   m_chunks[chunkname] = true
   return fn
 end
 
-function host.make_env(globals, host_functions)
-  return make_env(globals, host_functions)
+function host.make_env(spec, host_functions)
+  return make_env(parse_spec(spec), host_functions)
 end
 
 function host.make_host_function(name, cost)
@@ -496,7 +529,7 @@ end
 
 function host.start(fn)
   next_run = next_run + 1
-  runs[next_run] = { co = co_create(fn), main = fn, total = 0 }
+  runs[next_run] = { co = co_create(fn), main = main_of[fn] or fn, total = 0 }
   return next_run
 end
 
