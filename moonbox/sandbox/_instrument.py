@@ -14,8 +14,9 @@ Where the checks go, and why that covers every loop:
 
 - after every ``do`` (``while``/``for`` bodies, and plain blocks, where it is merely one more
   step) and every ``repeat``: each iteration of every loop statement passes one;
-- after the parameter list of every ``function``: recursion, mutual recursion, tail calls
-  and callbacks from C (``sort`` comparators, ``gsub`` functions, metamethods) pass one;
+- at the start of every ``function`` body (before its first token, so on that token's line):
+  recursion, mutual recursion, tail calls and callbacks from C (``sort`` comparators, ``gsub``
+  functions, metamethods) pass one;
 - before every ``goto``: the back-edge of a goto loop is the ``goto`` itself. A check after
   the *label* would break Lua's rule that a label at the end of a block is outside the scope
   of the block's locals, so the check sits on the jump instead.
@@ -141,7 +142,9 @@ def instrument(src: str, *, cell: str, slow: str) -> Instrumented:
                     j += 1
                 if j >= count:
                     raise ValueError(f"line {tok.line}: function without a parameter list")
-                inserts.append(tokens[j].end)
+                # On the line of the body's first token: LuaJIT reports a stack overflow at
+                # a function's first instruction, which is then the check.
+                inserts.append(tokens[j + 1].start if j + 1 < count else tokens[j].end)
         prev = tok
         i += 1
     parts = [f"return function({cell},{slow},...) "]
