@@ -144,3 +144,19 @@ def test_demo_runs():
     assert result.exit_code == 0, result.output
     assert "steps budget exceeded" in result.output
     assert "memory budget exceeded" in result.output
+
+
+def test_bench_quick_json_reports_every_figure():
+    # Timings are not asserted (shared machines are noisy): only that every workload ran in
+    # every mode with agreeing checksums and every figure and target is reported.
+    result = CliRunner().invoke(cli, ["bench", "--quick", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert {w["name"] for w in report["workloads"]} == {
+        "fib", "numeric", "strings", "tables", "handler"
+    }
+    for w in report["workloads"]:
+        assert w["raw_ms"] > 0 and w["metered_ratio"] > 0 and w["nojit_ratio"] > 0
+    assert set(report["costs"]) == {"create_us", "binding_call_us", "resume_us"}
+    assert set(report["trip_margins"]) == {"metered", "nojit"}
+    assert len(report["targets"]) == 5

@@ -71,6 +71,11 @@ _tuple_new = tuple.__new__
 _OK = (True,)
 _STATUS: dict[bytes, Status] = {b"done": "done", b"yielded": "yielded"}
 
+
+def _values(res: tuple[Any, ...]) -> tuple[Any, ...]:
+    # Values from the 5th on, checked in Lua already: scalars as they are, the rest copied.
+    return tuple([v if v is None or type(v) in _SCALARS else to_python(v) for v in res[4:]])
+
 # Room above the heap cap for the host's own work between resumes (copying results out,
 # building error descriptions), so that work never meets an out-of-memory error.
 _HOST_HEADROOM_BYTES = 4 << 20
@@ -264,19 +269,63 @@ class Run:
 
         Raises:
             SandboxClosed: the run is finished, closed, or its sandbox was closed/replaced.
+            HostError: another run of the same sandbox is running (a host function tried to
+                resume a run), or moonbox itself failed.
         """
+        # The hot path of every tick of every mod: kept flat on purpose.
+        sb = self.sandbox
         if self.status in _FINISHED:
             raise SandboxClosed(f"the run of {self.chunk.name} is finished ({self.status})")
-        outcome = self.sandbox._resume(self, args, budget or self.sandbox.budget)
-        status = self.status = outcome.status
+        if sb._closed or self._generation != sb._generation:
+            raise SandboxClosed(f"the run of {self.chunk.name} was closed")
+        if sb._running is not None:
+            raise HostError("a run cannot be resumed while another run of the sandbox runs")
+        if budget is None:
+            budget = sb.budget
+        if budget is not sb._lua_budget:
+            sb._send_budget(budget)
+        rt = sb._rt
+        lua_args = [to_lua(rt, a) for a in args] if args else ()
+        cap = budget.max_memory
+        reports = self.reports
+        first = len(reports)
+        sb._running = self
+        t0 = time.perf_counter()
+        # The allocator holds the mod to its heap cap while it runs; between resumes the
+        # host keeps headroom for its own work (lupa's pushes are unprotected: an
+        # out-of-memory there would abort the process).
+        rt.set_max_memory(cap, True)
+        try:
+            res = sb._h_resume(self._id, sb._clock(), *lua_args)
+        except lua.LuaMemoryError:
+            res = None
+        except lua.LuaError as exc:
+            raise HostError(f"moonbox failed while resuming {self.chunk.name}: {exc}") from exc
+        finally:
+            rt.set_max_memory(cap + _HOST_HEADROOM_BYTES, True)
+            sb._running = None
+        wall = time.perf_counter() - t0
+        self.resumes += 1
+        self._wall_s += wall
+        if type(res) is tuple and res[0] == b"yielded":
+            steps, peak = res[1], res[2]
+            self._steps += steps
+            if peak > self._peak:
+                self._peak = peak
+            self.status = "yielded"
+            values = () if len(res) == 4 else _values(res)
+            new = tuple(reports[first:]) if len(reports) > first else ()
+            # tuple.__new__ skips the NamedTuple constructors.
+            return _tuple_new(Outcome, ("yielded", values, None, new,
+                                        _tuple_new(Stats, (steps, peak, wall))))
+        outcome = sb._outcome(self, res, first, wall, cap)
         stats = outcome.stats
         self._steps += stats.steps
         if stats.memory_peak_bytes > self._peak:
             self._peak = stats.memory_peak_bytes
-        self._wall_s += stats.wall_s
-        self.resumes += 1
+        status = self.status = outcome.status
         if status in _FINISHED:
-            self.sandbox._close_run(self)
+            sb._close_run(self)
         return outcome
 
     def finish(self, *args: Any, max_resumes: int = 1000, budget: Budget | None = None) -> Outcome:
@@ -567,57 +616,27 @@ class Sandbox:
         if self._runs.pop(run._id, None) is not None and run._generation == self._generation:
             self._h_close(run._id)
 
-    def _resume(self, run: Run, args: tuple[Any, ...], budget: Budget) -> Outcome:
-        if self._closed:
-            raise SandboxClosed("the sandbox is closed")
-        if run._generation != self._generation or run._id not in self._runs:
-            raise SandboxClosed(f"the run of {run.chunk.name} was closed")
-        if self._running is not None:
-            raise HostError("a run cannot be resumed while another run of the sandbox runs")
-        rt = self._rt
-        if budget is not self._lua_budget:
-            total = -1 if budget.total_steps is None else budget.total_steps
-            self._h_set_budget(budget.steps, budget.wall_s, total, self.preempt,
-                               budget.alloc_bytes, budget.max_memory)
-            self._lua_budget = budget
-        lua_args = [to_lua(rt, a) for a in args] if args else ()
-        cap = budget.max_memory
-        first_report = len(run.reports)
-        self._running = run
-        t0 = time.perf_counter()
-        # The allocator holds the mod to its heap cap while it runs; between resumes the
-        # host keeps headroom for its own work (lupa's pushes are unprotected: an
-        # out-of-memory there would abort the process).
-        rt.set_max_memory(cap, total=True)
-        try:
-            res = self._h_resume(run._id, self._clock(), *lua_args)
-        except lua.LuaMemoryError:
-            res = None
-        except lua.LuaError as exc:
-            raise HostError(f"moonbox failed while resuming {run.chunk.name}: {exc}") from exc
-        finally:
-            rt.set_max_memory(cap + _HOST_HEADROOM_BYTES, total=True)
-            self._running = None
-        wall = time.perf_counter() - t0
-        reports = tuple(run.reports[first_report:]) if len(run.reports) > first_report else ()
+    def _send_budget(self, budget: Budget) -> None:
+        total = -1 if budget.total_steps is None else budget.total_steps
+        self._h_set_budget(budget.steps, budget.wall_s, total, self.preempt,
+                           budget.alloc_bytes, budget.max_memory)
+        self._lua_budget = budget
+
+    def _outcome(self, run: Run, res: Any, first_report: int, wall: float, cap: int) -> Outcome:
+        """The outcome of a resume other than a plain yield (see :meth:`Run.resume`)."""
+        reports = tuple(run.reports[first_report:])
         if res is None:  # out of memory in the host's own Lua code, after the mod's
-            rt.gccollect()
+            self._rt.gccollect()
             err = BudgetExceeded("memory", cap, cap, chunk=run.chunk.name)
             self._after_memory_trip(run)
             return Outcome("budget", (), err, reports, Stats(0, cap, wall))
         if type(res) is not tuple:
             raise SandboxClosed(f"the run of {run.chunk.name} is finished")
         status = res[0]
-        # tuple.__new__ skips the NamedTuple constructor: this is the hot path of every tick.
-        stats = _tuple_new(Stats, (int(res[1]), int(res[2]), wall))
+        stats = Stats(int(res[1]), int(res[2]), wall)
         if status == b"yielded" or status == b"done":
-            if len(res) == 4:
-                values: tuple[Any, ...] = ()
-            else:
-                values = tuple([
-                    v if v is None or type(v) in _SCALARS else to_python(v) for v in res[4:]
-                ])
-            return _tuple_new(Outcome, (_STATUS[status], values, None, reports, stats))
+            values = () if len(res) == 4 else _values(res)
+            return Outcome(_STATUS[status], values, None, reports, stats)
         if status == b"preempted":
             return Outcome("preempted", (), None, reports, stats)
         if status == b"bad_value":
