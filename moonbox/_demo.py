@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.panel import Panel
 
 from .bindings import default_bindings
-from .sandbox import Budget, Outcome, Sandbox
+from .sandbox import Budget, Outcome, Run, Sandbox
 from .sandbox._marshal import format_value
 
 _MODS = resources.files("moonbox.demo_mods")
@@ -43,6 +43,15 @@ def _run(sandbox: Sandbox, name: str) -> Outcome:
     return sandbox.run(_source(name), f"@{name}")
 
 
+def _tick_until_done(sandbox: Sandbox, name: str) -> tuple[Outcome, Run]:
+    """Resume once per game tick until the mod finishes; the outcome covers the whole run."""
+    run = sandbox.start(_source(name), f"@{name}")
+    last = run.resume()
+    while not run.finished:
+        last = run.resume()
+    return Outcome(last.status, last.values, last.error, tuple(run.reports), run.stats), run
+
+
 def run_demo(console: Console) -> int:
     console.print(Panel.fit(
         "[bold]moonbox[/] runs untrusted Lua mods on LuaJIT [bold]with the JIT on[/],\n"
@@ -73,20 +82,14 @@ def run_demo(console: Console) -> int:
               f"The heap cap stops it; the host carries on (next run: {after.value!r}).")
 
     with Sandbox(small, host_functions=bindings) as sb:
-        run = sb.start(_source("ticker.lua"), "@ticker.lua")
-        while not run.finished:
-            last = run.resume()
-        _show(console, "6. A long-lived mod, resumed tick by tick", "ticker.lua",
-              Outcome(last.status, last.values, last.error, tuple(run.reports), run.stats),
+        outcome, run = _tick_until_done(sb, "ticker.lua")
+        _show(console, "6. A long-lived mod, resumed tick by tick", "ticker.lua", outcome,
               f"{run.resumes} resumes, each with a fresh budget.")
 
     slice_budget = Budget(steps=500_000, total_steps=50_000_000)
     with Sandbox(slice_budget, host_functions=bindings, preempt=True) as sb:
-        run = sb.start(_source("crunch.lua"), "@crunch.lua")
-        while not run.finished:
-            last = run.resume()
-        _show(console, "7. Preemption: a big job spread over ticks", "crunch.lua",
-              Outcome(last.status, last.values, last.error, tuple(run.reports), run.stats),
+        outcome, run = _tick_until_done(sb, "crunch.lua")
+        _show(console, "7. Preemption: a big job spread over ticks", "crunch.lua", outcome,
               f"Paused at each 500,000-step slice and resumed: {run.resumes} slices.")
 
     console.print("\nTry your own: [bold]moonbox run FILE.lua[/] (see --help).")
