@@ -37,6 +37,15 @@ class ValueLimits(BaseModel):
     max_bytes: int = Field(default=16 << 20, ge=1)
 
 
+def encode_text(text: str) -> bytes:
+    """UTF-8 bytes for Lua: undecodable bytes that came from Lua go back as they were; a
+    lone surrogate, which has no UTF-8 form, becomes '?'."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace")
+
+
 def _decode(b: bytes) -> str:
     return b.decode("utf-8", "replace")
 
@@ -79,7 +88,7 @@ def to_lua(runtime: Any, value: Any, depth: int = 0) -> Any:
     if isinstance(value, int):
         return value if -(1 << 53) <= value <= 1 << 53 else float(value)
     if isinstance(value, str):
-        return value.encode("utf-8", "surrogateescape")
+        return encode_text(value)
     if depth > 64:
         raise HostError("value nested too deeply to cross to Lua")
     if isinstance(value, (list, tuple)):
@@ -91,7 +100,7 @@ def to_lua(runtime: Any, value: Any, depth: int = 0) -> Any:
         table = runtime.table()
         for k, item in value.items():
             if isinstance(k, str):
-                k = k.encode("utf-8", "surrogateescape")
+                k = encode_text(k)
             elif not isinstance(k, (int, float)) or isinstance(k, bool):
                 raise HostError(f"dict key {k!r} cannot cross to Lua")
             table[k] = to_lua(runtime, item, depth + 1)

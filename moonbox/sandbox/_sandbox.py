@@ -24,7 +24,7 @@ from ._budget import Budget
 from ._environment import ALLOWED_GLOBALS, ALLOWED_LIBRARIES
 from ._instrument import ReservedNameError, instrument
 from ._lua import lua
-from ._marshal import ValueLimits, to_lua, to_python
+from ._marshal import ValueLimits, encode_text, to_lua, to_python
 from ._tokenizer import LuaTokenError
 
 __all__ = [
@@ -69,6 +69,8 @@ _ENV_SPEC = " ".join(
 _SCALARS = frozenset({bool, int, float})
 _tuple_new = tuple.__new__
 _OK = (True,)
+_TRIP_MESSAGE = "moonbox: budget exceeded"  # what the prelude raises on a trip
+_HOST_BUG = "{}: the host failed to handle this call (a host bug, logged)"
 _STATUS: dict[bytes, Status] = {b"done": "done", b"yielded": "yielded"}
 
 
@@ -295,8 +297,10 @@ class Run:
         # host keeps headroom for its own work (lupa's pushes are unprotected: an
         # out-of-memory there would abort the process).
         rt.set_max_memory(cap, True)
+        start = sb._clock()
+        sb._deadline = start + budget.wall_s
         try:
-            res = sb._h_resume(self._id, sb._clock(), *lua_args)
+            res = sb._h_resume(self._id, start, *lua_args)
         except lua.LuaMemoryError:
             res = None
         except lua.LuaError as exc:
@@ -455,6 +459,9 @@ class Sandbox:
         self._h_close = host[b"close"]
         self._h_resume = host[b"resume"]
         self._h_set_budget = host[b"set_budget"]
+        self._h_expire = host[b"expire"]
+        self._h_type = host[b"type_of"]
+        self._deadline = 0.0
         self._h_check = host[b"check_export"]
         self._lua_budget: Budget | None = None
         # The meter's clock: the host reads the same one to start each resume.
@@ -527,7 +534,7 @@ class Sandbox:
         if text[:1] == "\x1b":
             raise self._syntax("bytecode is refused: moonbox loads Lua source text only",
                                chunk, None)
-        raw = text.encode("utf-8", "surrogateescape")
+        raw = encode_text(text)
         wrapped: bytes | None = None
         checks = 0
         # Instrumented in both modes, so reserved names are refused alike; the count-hook
@@ -539,7 +546,7 @@ class Sandbox:
         except (LuaTokenError, ValueError):
             inst = None  # let LuaJIT's own parser name the syntax error
         if inst is not None and self.jit:
-            wrapped = inst.source.encode("utf-8", "surrogateescape")
+            wrapped = encode_text(inst.source)
             checks = inst.checks
         fn, err, *rest = self._compile(raw, wrapped, chunk)
         if fn is None:
@@ -717,23 +724,7 @@ class Sandbox:
         call.run = self._running
         call.name = hf.name
         try:
-            plain = []
-            for index, value in enumerate(args, 1):
-                kind = type(value)
-                if kind is bytes:
-                    plain.append(value.decode("utf-8", "replace"))
-                elif value is None or kind in _SCALARS:
-                    plain.append(value)
-                else:
-                    plain.append(self._argument(value, index))
-            result = hf(call, tuple(plain))
-            if not result:
-                return _OK
-            out: list[Any] = [True]
-            for value in result:
-                out.append(value if value is None or type(value) in _SCALARS
-                           else to_lua(self._rt, value))
-            return tuple(out)
+            return self._call_host(hf, call, args)
         except BindingError as exc:
             message = f"{hf.name}: {exc}"
             if exc.reason == "denied" and call.run is not None and len(call.run._denials) < 64:
@@ -741,15 +732,45 @@ class Sandbox:
             return (False, message.encode("utf-8", "replace"))
         except lua.LuaMemoryError:
             raise
+        except lua.LuaError as exc:
+            if _TRIP_MESSAGE in str(exc):
+                # The meter tripped in the host's own Lua helpers (the count hook of
+                # jit=False can fire there): the mod's side re-raises the trip.
+                return (False, _TRIP_MESSAGE.encode())
+            log.exception("host function %r failed", hf.name)
+            return (False, _HOST_BUG.format(hf.name).encode())
         except Exception:
             log.exception("host function %r failed", hf.name)
-            return (False, f"{hf.name}: the host failed to handle this call (a host bug, logged)"
-                    .encode())
+            return (False, _HOST_BUG.format(hf.name).encode())
+        finally:
+            if self._clock() > self._deadline:
+                # One host call can take long for one step, and the meter polls the clock
+                # only every K steps: tell it now that the time is up.
+                self._h_expire()
+
+    def _call_host(self, hf: HostFunction, call: HostCall, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        plain = []
+        for index, value in enumerate(args, 1):
+            kind = type(value)
+            if kind is bytes:
+                plain.append(value.decode("utf-8", "replace"))
+            elif value is None or kind in _SCALARS:
+                plain.append(value)
+            else:
+                plain.append(self._argument(value, index))
+        result = hf(call, tuple(plain))
+        if not result:
+            return _OK
+        out: list[Any] = [True]
+        for value in result:
+            out.append(value if value is None or type(value) in _SCALARS
+                       else to_lua(self._rt, value))
+        return tuple(out)
 
     def _argument(self, value: Any, index: int) -> Any:
         if value is None or isinstance(value, (bool, int, float, bytes)):
             return to_python(value)
-        kind = lua.lua_type(value)
+        kind = _text(self._h_type(value))
         if kind != "table":
             raise BindingError(f"argument {index}: a {kind} cannot cross to the host")
         limits = self.value_limits

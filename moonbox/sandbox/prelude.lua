@@ -268,7 +268,7 @@ local function check_export(value, strict, max_depth, max_items, max_bytes, dept
     seen[v] = nil
     return nil
   end
-  return walk(value, depth0, "value")
+  return walk(value, depth0, "value"), items
 end
 
 -------------------------------------------------------------------------------------------
@@ -318,13 +318,12 @@ local wrapped_lib = { coroutine = {}, string = {}, table = {} }
 -- comparators, __tostring, coroutine resumes) recurse on the C stack, where LuaJIT does not
 -- always check depth: unchecked, a recursive gsub callback or nested coroutine resumes crash
 -- the process. They share one bounded depth; passing it is one catchable error.
+--
+-- The depth is exact: every guarded call gives its level back on every way out (a normal
+-- return, or an error it re-raises). It is never restored from a saved value: a coroutine
+-- parked inside a pcall and resumed deeper would otherwise reset it and pass the bound.
 local MAX_C_DEPTH = config.max_c_depth
 local c_depth = 0
-
-local function leave_c(...)
-  c_depth = c_depth - 1
-  return ...
-end
 
 local function raise_here(message)
   -- Raises with the position of the innermost mod frame (tail calls hide the caller).
@@ -336,38 +335,67 @@ local function raise_here(message)
   error(message, 0)
 end
 
+local function leave_c(ok, ...)
+  c_depth = c_depth - 1
+  if ok then return ... end
+  error((...), 0)
+end
+
 local function depth_guarded(fn, name)
   local message = name .. ": calls nested too deeply through library functions (more than "
     .. MAX_C_DEPTH .. " levels)"
   return function(...)
     if c_depth >= MAX_C_DEPTH then raise_here(message) end
     c_depth = c_depth + 1
-    return leave_c(fn(...))
+    return leave_c(pcall(fn, ...))
   end
 end
 
--- Where an error can be caught, the depth goes back to what it was before the call.
-local function rethrow_at(depth, ok, ...)
-  c_depth = depth
-  return rethrow(ok, ...)
+function wrapped.pcall(f, ...)
+  return rethrow(pcall(f, ...))
 end
 
-function wrapped.pcall(f, ...)
-  return rethrow_at(c_depth, pcall(f, ...))
+-- xpcall runs its handler after the error has unwound, through pcall: LuaJIT runs a real
+-- xpcall handler with hooks off, so under jit=False a handler that loops would never be
+-- metered. A handler that fails gives "error in error handling", as in Lua; a trip or an
+-- out-of-memory error never reaches the handler.
+local function after_handler(ok, ...)
+  if ok then return false, ... end
+  if tripped then raise_trip() end
+  return false, "error in error handling"
+end
+
+local function handle(handler, ok, ...)
+  if ok then return true, ... end
+  local err = ...
+  if not tripped and is_memory_error(err) then return rethrow(false, err) end
+  if tripped then raise_trip() end
+  return after_handler(pcall(handler, err))
 end
 
 function wrapped.xpcall(f, handler, ...)
-  return rethrow_at(c_depth, xpcall(f, handler, ...))
+  if type(handler) ~= "function" then return xpcall(f, handler, ...) end
+  return handle(handler, pcall(f, ...))
 end
 
 local RESUME_TOO_DEEP = "coroutine.resume: coroutines nested too deeply (more than "
   .. MAX_C_DEPTH .. " levels)"
 
+-- coroutine.resume never raises for a coroutine (it returns false and the error), so the
+-- level is given back on its return.
+local function resumed(ok, ...)
+  c_depth = c_depth - 1
+  return rethrow(ok, ...)
+end
+
+local host_cos = setmetatable({}, { __mode = "k" })  -- the coroutines of host runs
+
 function wrapped_lib.coroutine.resume(co, ...)
-  local depth = c_depth
-  if depth >= MAX_C_DEPTH then raise_here(RESUME_TOO_DEEP) end
-  c_depth = depth + 1
-  return rethrow_at(depth, co_resume(co, ...))
+  if type(co) ~= "thread" then return co_resume(co, ...) end  -- the usual error
+  if host_cos[co] then return false, "cannot resume non-suspended coroutine" end
+  if c_depth >= MAX_C_DEPTH then raise_here(RESUME_TOO_DEEP) end
+  c_depth = c_depth + 1
+  return resumed(co_resume(co, ...))
 end
 
 local function wrap_result(ok, ...)
@@ -378,11 +406,18 @@ end
 function wrapped_lib.coroutine.wrap(f)
   local co = co_create(f)
   return function(...)
-    local depth = c_depth
-    if depth >= MAX_C_DEPTH then raise_here(RESUME_TOO_DEEP) end
-    c_depth = depth + 1
-    return wrap_result(rethrow_at(depth, co_resume(co, ...)))
+    if c_depth >= MAX_C_DEPTH then raise_here(RESUME_TOO_DEEP) end
+    c_depth = c_depth + 1
+    return wrap_result(resumed(co_resume(co, ...)))
   end
+end
+
+-- The run's own coroutine is the host's: to the mod it is the main thread (nil, as in
+-- Lua 5.1), so no other run can resume or inspect it.
+function wrapped_lib.coroutine.running()
+  local co = co_running()
+  if co == nil or host_cos[co] then return nil end
+  return co
 end
 
 wrapped_lib.string.gsub = depth_guarded(string.gsub, "string.gsub")
@@ -529,7 +564,9 @@ end
 
 function host.start(fn)
   next_run = next_run + 1
-  runs[next_run] = { co = co_create(fn), main = main_of[fn] or fn, total = 0 }
+  local co = co_create(fn)
+  host_cos[co] = true
+  runs[next_run] = { co = co, main = main_of[fn] or fn, total = 0 }
   return next_run
 end
 
@@ -629,9 +666,37 @@ function host.resume(id, start, ...)
   return finish_resume(run, co_resume(run.co, ...))
 end
 
--- depth0 is the depth of `value` itself: 0 for the wrapper table of returned values.
+-- depth0 is the depth of `value` itself: 0 for the wrapper table of returned values. The
+-- check is host work, bounded by its limits: the count hook does not meter it.
+local function unmetered(was_active, ok, ...)
+  m_active = was_active
+  if not ok then error((...), 0) end
+  return ...
+end
+
+-- For a binding argument (strict), the mod pays one step per table entry checked, in both
+-- metering modes: a huge argument costs what it weighs, not one step.
 function host.check_export(value, strict, max_depth, max_items, max_bytes, depth0)
-  return check_export(value, strict, max_depth, max_items, max_bytes, depth0)
+  local was_active = m_active
+  m_active = false
+  local problem, items = unmetered(was_active, pcall(check_export, value, strict, max_depth,
+    max_items, max_bytes, depth0))
+  if strict and m_active then charge(items) end
+  return problem
+end
+
+-- Called by the host when a host function returns past the resume's deadline: the next
+-- check polls the clock and trips.
+function host.expire()
+  if m_active and not tripped and cell[0] > 0 then
+    account()
+    m_window = 0
+    cell[0] = 0
+  end
+end
+
+function host.type_of(value)
+  return type(value)
 end
 
 function host.pack(...)

@@ -35,8 +35,11 @@ def test_print_needs_the_report_binding():
 
 
 def test_allowlist_and_denylist_do_not_overlap_and_give_reasons():
-    allowed = set(ALLOWED_GLOBALS) | {f"{lib}.{f}" for lib, fs in ALLOWED_LIBRARIES.items()
-                                      for f in fs} | set(ALLOWED_LIBRARIES)
+    allowed = (
+        set(ALLOWED_GLOBALS)
+        | {f"{lib}.{f}" for lib, fs in ALLOWED_LIBRARIES.items() for f in fs}
+        | set(ALLOWED_LIBRARIES)
+    )
     assert not allowed & set(DENIED)
     assert all(reason.strip() for reason in [*ALLOWED_GLOBALS.values(), *DENIED.values()])
 

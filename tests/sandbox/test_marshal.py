@@ -16,14 +16,18 @@ _scalars = (
     st.none()
     | st.booleans()
     | st.integers(min_value=-(2**53), max_value=2**53)
-    | st.floats(allow_nan=False, allow_infinity=True).filter(lambda f: f != int(f) if math.isfinite(f) else True)
+    | st.floats(allow_nan=False, allow_infinity=True).filter(
+        lambda f: f != int(f) if math.isfinite(f) else True
+    )
     | st.text(max_size=20)
 )
 _keys = st.text(min_size=1, max_size=10)
 _plain = st.recursive(
     _scalars.filter(lambda v: v is not None),
-    lambda children: st.lists(children, min_size=1, max_size=5)
-    | st.dictionaries(_keys, children, min_size=1, max_size=5),
+    lambda children: (
+        st.lists(children, min_size=1, max_size=5)
+        | st.dictionaries(_keys, children, min_size=1, max_size=5)
+    ),
     max_leaves=30,
 )
 
@@ -39,8 +43,9 @@ def _normalise(value):
     return value
 
 
-@settings(max_examples=150, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(_plain)
 def test_plain_data_round_trips_through_lua(value):
     with Sandbox() as sb:

@@ -59,7 +59,9 @@ def test_runtime_error_names_chunk_line_and_frames(make_sandbox):
     assert err.traceback[0].function == "inner"
     assert err.traceback[-1].function == "main chunk"
     assert err.to_dict()["traceback"][0] == {
-        "chunk": "@mods/waves/main.lua", "line": 2, "function": "inner"
+        "chunk": "@mods/waves/main.lua",
+        "line": 2,
+        "function": "inner",
     }
 
 
@@ -247,8 +249,10 @@ def test_preemption_on_time():
 
 def test_preemption_cannot_yield_from_a_mods_own_coroutine():
     with Sandbox(Budget(steps=1000), preempt=True) as sb:
-        out = sb.run("local co = coroutine.create(function() while true do end end) "
-                     "return coroutine.resume(co)")
+        out = sb.run(
+            "local co = coroutine.create(function() while true do end end) "
+            "return coroutine.resume(co)"
+        )
         assert out.budget == "steps"
 
 
@@ -316,9 +320,7 @@ def test_jit_mode_keeps_the_jit_on_and_hook_mode_turns_it_off():
 def test_sandboxes_share_nothing():
     with Sandbox() as a, Sandbox() as b:
         a.run("shared = 1 string.upper = nil math.pi = 3")
-        assert b.run("return shared, string.upper('x'), math.pi > 3.14").values == (
-            None, "X", True
-        )
+        assert b.run("return shared, string.upper('x'), math.pi > 3.14").values == (None, "X", True)
 
 
 def test_environment_is_fresh_table_with_self_reference(make_sandbox):
