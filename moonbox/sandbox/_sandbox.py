@@ -75,8 +75,8 @@ _STATUS: dict[bytes, Status] = {b"done": "done", b"yielded": "yielded"}
 
 
 def _values(res: tuple[Any, ...]) -> tuple[Any, ...]:
-    # Values from the 5th on, checked in Lua already: scalars as they are, the rest copied.
-    return tuple([v if v is None or type(v) in _SCALARS else to_python(v) for v in res[4:]])
+    # Values from the 4th on, checked in Lua already: scalars as they are, the rest copied.
+    return tuple([v if v is None or type(v) in _SCALARS else to_python(v) for v in res[3:]])
 
 # Room above the heap cap for the host's own work between resumes (copying results out,
 # building error descriptions), so that work never meets an out-of-memory error.
@@ -317,7 +317,7 @@ class Run:
             if peak > self._peak:
                 self._peak = peak
             self.status = "yielded"
-            values = () if len(res) == 4 else _values(res)
+            values = () if len(res) == 3 else _values(res)
             new = tuple(reports[first:]) if len(reports) > first else ()
             # tuple.__new__ skips the NamedTuple constructors.
             return _tuple_new(Outcome, ("yielded", values, None, new,
@@ -642,7 +642,7 @@ class Sandbox:
         status = res[0]
         stats = Stats(int(res[1]), int(res[2]), wall)
         if status == b"yielded" or status == b"done":
-            values = () if len(res) == 4 else _values(res)
+            values = () if len(res) == 3 else _values(res)
             return Outcome(_STATUS[status], values, None, reports, stats)
         if status == b"preempted":
             return Outcome("preempted", (), None, reports, stats)

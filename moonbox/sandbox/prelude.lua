@@ -629,7 +629,7 @@ local function finish_resume(run, ok, ...)
   local status = co_status(run.co) == "dead" and "done" or "yielded"
   local problem = check_values(...)
   if problem then return "bad_value", stats_steps, stats_peak, problem, status end
-  return status, stats_steps, stats_peak, nil, ...
+  return status, stats_steps, stats_peak, ...
 end
 
 function host.set_budget(steps, wall_s, total_limit, preempt, alloc_bytes, max_memory)
@@ -638,8 +638,8 @@ function host.set_budget(steps, wall_s, total_limit, preempt, alloc_bytes, max_m
 end
 
 -- Resumes run `id` with a fresh budget. Returns the status, steps used, peak heap bytes,
--- then error info (a table, a message for bad_value, or nil) and the values returned or
--- yielded.
+-- then for done/yielded the values, for the other statuses the error info (a table, or a
+-- message for bad_value).
 function host.resume(id, start, ...)
   local run = runs[id]
   if not run then return "closed" end
