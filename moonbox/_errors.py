@@ -158,10 +158,18 @@ class BudgetExceeded(ScriptError):
         unit = self._UNITS[budget]
         shown_limit = f"{limit:g}" if isinstance(limit, float) else f"{limit:,}"
         shown_used = f"{used:.3g}" if isinstance(used, float) else f"{used:,}"
-        message = (
-            f"{budget} budget exceeded: used {shown_used} {unit} of {shown_limit} {unit} "
-            f"allowed; {self._FIX[budget]}"
-        )
+        if budget == "memory":
+            # The allocation that failed is not in `used`: say what the limit was and what
+            # was in use when an allocation would have passed it.
+            message = (
+                f"memory budget exceeded: an allocation would pass the limit of {shown_limit} "
+                f"bytes ({shown_used} bytes in use); {self._FIX[budget]}"
+            )
+        else:
+            message = (
+                f"{budget} budget exceeded: used {shown_used} {unit} of {shown_limit} {unit} "
+                f"allowed; {self._FIX[budget]}"
+            )
         super().__init__(message, chunk=chunk, line=line, traceback=traceback)
         self.budget: BudgetKind = budget
         self.limit = limit

@@ -58,7 +58,7 @@ def cli() -> None:
 
 
 @cli.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--steps", type=click.IntRange(min=1), default=DEFAULT_STEPS, show_default=True,
               help="Metering steps per resume (one per loop iteration, call or goto).")
 @click.option("--memory", type=_Size(), default=DEFAULT_MEMORY, show_default=True,

@@ -68,8 +68,13 @@ def to_python(value: Any, depth: int = 0) -> Any:
         raise HostError("value nested too deeply")
     items = list(value.items())
     n = len(items)
-    if n and all(type(k) is int and k == i for i, (k, _) in enumerate(items, 1)):
-        return [to_python(v, depth + 1) for _, v in items]
+    if n and all(type(k) is int and 1 <= k <= n for k, _ in items):
+        # Keys are exactly 1..n (n distinct ints in that range), in whatever order lua_next
+        # gave them.
+        listed: list[Any] = [None] * n
+        for k, v in items:
+            listed[k - 1] = to_python(v, depth + 1)
+        return listed
     out: dict[Any, Any] = {}
     for k, v in items:
         key = _decode(k) if isinstance(k, bytes) else k
@@ -101,7 +106,7 @@ def to_lua(runtime: Any, value: Any, depth: int = 0) -> Any:
         for k, item in value.items():
             if isinstance(k, str):
                 k = encode_text(k)
-            elif not isinstance(k, (int, float)) or isinstance(k, bool):
+            elif not isinstance(k, (int, float)) or isinstance(k, bool) or k != k:
                 raise HostError(f"dict key {k!r} cannot cross to Lua")
             table[k] = to_lua(runtime, item, depth + 1)
         return table

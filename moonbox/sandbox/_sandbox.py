@@ -69,6 +69,7 @@ _ENV_SPEC = " ".join(
 _SCALARS = frozenset({bool, int, float})
 _tuple_new = tuple.__new__
 _OK = (True,)
+_NOT_ENOUGH_MEMORY = (False, b"not enough memory")
 _TRIP_MESSAGE = "moonbox: budget exceeded"  # what the prelude raises on a trip
 _HOST_BUG = "{}: the host failed to handle this call (a host bug, logged)"
 _STATUS: dict[bytes, Status] = {b"done": "done", b"yielded": "yielded"}
@@ -81,6 +82,8 @@ def _values(res: tuple[Any, ...]) -> tuple[Any, ...]:
 # Room above the heap cap for the host's own work between resumes (copying results out,
 # building error descriptions), so that work never meets an out-of-memory error.
 _HOST_HEADROOM_BYTES = 4 << 20
+# A host call from Lua needs this much room below the heap cap, or it is a memory trip.
+_HOST_CALL_MARGIN_BYTES = 256 << 10
 # After an out-of-memory trip and a full collection, a heap still above this share of the
 # cap means the mod keeps that memory alive: the runtime is replaced.
 _REPLACE_ABOVE = 0.75
@@ -289,18 +292,23 @@ class Run:
         rt = sb._rt
         lua_args = [to_lua(rt, a) for a in args] if args else ()
         cap = budget.max_memory
+        # The allocator holds the mod to its heap cap and to this resume's growth allowance
+        # while it runs; between resumes the host keeps headroom for its own work (lupa's
+        # pushes are unprotected: an out-of-memory there would abort the process).
+        limit = rt.get_memory_used(True) + budget.alloc_bytes
+        growth_limited = limit < cap
+        if not growth_limited:
+            limit = cap
+        sb._limit = limit
         reports = self.reports
         first = len(reports)
         sb._running = self
         t0 = time.perf_counter()
-        # The allocator holds the mod to its heap cap while it runs; between resumes the
-        # host keeps headroom for its own work (lupa's pushes are unprotected: an
-        # out-of-memory there would abort the process).
-        rt.set_max_memory(cap, True)
+        rt.set_max_memory(limit, True)
         start = sb._clock()
         sb._deadline = start + budget.wall_s
         try:
-            res = sb._h_resume(self._id, start, *lua_args)
+            res = sb._h_resume(self._id, start, growth_limited, *lua_args)
         except lua.LuaMemoryError:
             res = None
         except lua.LuaError as exc:
@@ -322,7 +330,8 @@ class Run:
             # tuple.__new__ skips the NamedTuple constructors.
             return _tuple_new(Outcome, ("yielded", values, None, new,
                                         _tuple_new(Stats, (steps, peak, wall))))
-        outcome = sb._outcome(self, res, first, wall, cap)
+        outcome = sb._outcome(self, res, first, wall,
+                              budget.alloc_bytes if growth_limited else cap)
         stats = outcome.stats
         self._steps += stats.steps
         if stats.memory_peak_bytes > self._peak:
@@ -447,6 +456,7 @@ class Sandbox:
                 "hook_steps": HOOK_STEPS,
                 "max_message_bytes": MAX_MESSAGE_BYTES,
                 "max_c_depth": MAX_C_DEPTH,
+                "host_call_margin_bytes": _HOST_CALL_MARGIN_BYTES,
                 "value_max_depth": limits.max_depth,
                 "value_max_items": limits.max_items,
                 "value_max_bytes": limits.max_bytes,
@@ -460,6 +470,7 @@ class Sandbox:
         self._h_resume = host[b"resume"]
         self._h_set_budget = host[b"set_budget"]
         self._h_expire = host[b"expire"]
+        self._limit = self.budget.max_memory
         self._h_type = host[b"type_of"]
         self._deadline = 0.0
         self._h_check = host[b"check_export"]
@@ -485,6 +496,9 @@ class Sandbox:
         for run in list(self._runs.values()):
             run.status = "error" if not run.finished else run.status
         self._runs.clear()
+        # Drop every handle into the runtime so lupa can free it now.
+        for name in [n for n in vars(self) if n.startswith("_h_")]:
+            setattr(self, name, None)
         self._rt = None  # type: ignore[assignment]
         self._env = None
 
@@ -629,14 +643,20 @@ class Sandbox:
                            budget.alloc_bytes, budget.max_memory)
         self._lua_budget = budget
 
-    def _outcome(self, run: Run, res: Any, first_report: int, wall: float, cap: int) -> Outcome:
-        """The outcome of a resume other than a plain yield (see :meth:`Run.resume`)."""
+    def _outcome(
+        self, run: Run, res: Any, first_report: int, wall: float, memory_limit: int
+    ) -> Outcome:
+        """The outcome of a resume other than a plain yield (see :meth:`Run.resume`).
+
+        ``memory_limit`` is the limit the allocator held the resume to: its growth allowance
+        or the heap cap.
+        """
         reports = tuple(run.reports[first_report:])
-        if res is None:  # out of memory in the host's own Lua code, after the mod's
+        if res is None:  # out of memory again in the host's own Lua code, after the mod's
             self._rt.gccollect()
-            err = BudgetExceeded("memory", cap, cap, chunk=run.chunk.name)
+            err = BudgetExceeded("memory", memory_limit, memory_limit, chunk=run.chunk.name)
             self._after_memory_trip(run)
-            return Outcome("budget", (), err, reports, Stats(0, cap, wall))
+            return Outcome("budget", (), err, reports, Stats(0, self.budget.max_memory, wall))
         if type(res) is not tuple:
             raise SandboxClosed(f"the run of {run.chunk.name} is finished")
         status = res[0]
@@ -723,6 +743,10 @@ class Sandbox:
         call = self._call
         call.run = self._running
         call.name = hf.name
+        rt = self._rt
+        # The host's own work in a call (copying arguments, building result tables) gets the
+        # headroom: an allocation failing there would unwind through Python.
+        rt.set_max_memory(self._limit + _HOST_HEADROOM_BYTES, True)
         try:
             return self._call_host(hf, call, args)
         except BindingError as exc:
@@ -731,7 +755,7 @@ class Sandbox:
                 call.run._denials.add(message)
             return (False, message.encode("utf-8", "replace"))
         except lua.LuaMemoryError:
-            raise
+            return _NOT_ENOUGH_MEMORY  # the mod's side turns it into a memory trip
         except lua.LuaError as exc:
             if _TRIP_MESSAGE in str(exc):
                 # The meter tripped in the host's own Lua helpers (the count hook of
@@ -743,6 +767,7 @@ class Sandbox:
             log.exception("host function %r failed", hf.name)
             return (False, _HOST_BUG.format(hf.name).encode())
         finally:
+            rt.set_max_memory(self._limit, True)
             if self._clock() > self._deadline:
                 # One host call can take long for one step, and the meter polls the clock
                 # only every K steps: tell it now that the time is up.
@@ -763,8 +788,13 @@ class Sandbox:
             return _OK
         out: list[Any] = [True]
         for value in result:
-            out.append(value if value is None or type(value) in _SCALARS
-                       else to_lua(self._rt, value))
+            # Every value goes back as a Lua value: an int lupa cannot convert would come
+            # back to the mod as a Python exception object.
+            kind = type(value)
+            if value is None or kind is float or kind is bool or kind is bytes:
+                out.append(value)
+            else:
+                out.append(to_lua(self._rt, value))
         return tuple(out)
 
     def _argument(self, value: Any, index: int) -> Any:

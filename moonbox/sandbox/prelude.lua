@@ -71,6 +71,8 @@ local m_deadline = huge     -- clock value at which the resume runs out of time
 local m_wall_s = 0
 local m_alloc_kb = huge     -- heap (KiB) at which the resume runs out of allocation
 local m_alloc_bytes = 0
+local m_start_kb = 0        -- heap (KiB) when the resume began
+local m_growth_limited = false  -- the allocator's limit this resume is the growth allowance
 local m_peak_kb = 0
 local m_k = 256             -- steps between polls, adapted to the workload
 local m_last_poll = 0
@@ -151,7 +153,7 @@ local function slow()
   local kb = collectgarbage("count")
   if kb > m_peak_kb then m_peak_kb = kb end
   if kb > m_alloc_kb then
-    set_trip("memory", m_alloc_bytes, floor(kb * 1024))
+    set_trip("memory", m_alloc_bytes, floor((kb - m_start_kb) * 1024))
     raise_trip()
   end
   if m_total_limit >= 0 and m_total_base + m_used > m_total_limit then
@@ -182,7 +184,13 @@ local function hook()
   if not m_active then return end
   local c = cell[0] - HOOK_STEPS
   cell[0] = c
-  if c < 0 then slow() end
+  if c < 0 then
+    -- Never poll or trip inside the prelude's own code (the host's work between the mod's
+    -- steps): the next hook in mod code does.
+    local info = getinfo(2, "S")
+    if info and info.source == PRELUDE_SOURCE then return end
+    slow()
+  end
 end
 
 if config.jit then
@@ -204,11 +212,19 @@ local function is_memory_error(err)
   return err == "not enough memory"
 end
 
+-- An allocation failed: the limit it hit, and what was used against it.
+local function memory_trip_figures()
+  local kb = collectgarbage("count")
+  if m_growth_limited then return m_alloc_bytes, floor((kb - m_start_kb) * 1024) end
+  return b_max_memory, floor(kb * 1024)
+end
+
 -- The re-raise behind every protected call a mod can make: once a budget tripped, no
 -- pcall, xpcall or coroutine.resume returns to the mod.
 local function rethrow(ok, ...)
   if not ok and not tripped and is_memory_error((...)) then
-    set_trip("memory", b_max_memory, floor(collectgarbage("count") * 1024))
+    local limit, used = memory_trip_figures()
+    set_trip("memory", limit, used)
   end
   if tripped then raise_trip() end
   return ok, ...
@@ -510,14 +526,38 @@ end
 -------------------------------------------------------------------------------------------
 local function finish(ok, ...)
   if ok then return ... end
-  raise_here((...))
+  local err = ...
+  if type(err) ~= "string" then err = "host function failed" end  -- never a host object
+  if not tripped and is_memory_error(err) then
+    local limit, used = memory_trip_figures()
+    set_trip("memory", limit, used)
+  end
+  if tripped then raise_trip() end
+  raise_here(err)
 end
+
+-- lupa's metatable of Python objects: the dispatcher is the one Python object in this
+-- runtime, out of every mod's reach; its metatable is hidden all the same.
+do
+  local mt = getmetatable(dispatch)
+  if type(mt) == "table" then mt.__metatable = false end
+end
+
+-- A host call near the heap cap is refused as a memory trip before it starts: lupa copies
+-- arguments and results with unprotected allocations, where an out-of-memory error would
+-- unwind through the Python interpreter.
+local HOST_CALL_MARGIN_KB = config.host_call_margin_bytes / 1024
 
 local function make_host_function(name, cost)
   return function(...)
     local c = cell[0] - cost
     cell[0] = c
     if c < 0 then slow() end
+    local kb = collectgarbage("count")
+    if kb > b_max_memory / 1024 - HOST_CALL_MARGIN_KB then
+      set_trip("memory", b_max_memory, floor(kb * 1024))
+      raise_trip()
+    end
     return finish(dispatch(name, ...))
   end
 end
@@ -581,11 +621,12 @@ local VALUE_MAX_BYTES = config.value_max_bytes
 -- Checks the values a run returned or yielded; nil when they may cross, or a message.
 local function check_values(...)
   local n = select("#", ...)
+  local bytes = 0
   for i = 1, n do
     local v = select(i, ...)
-    if type(v) == "table" then
-      return check_export({ ... }, false, VALUE_MAX_DEPTH, VALUE_MAX_ITEMS, VALUE_MAX_BYTES, 0)
-    elseif type(v) == "string" and #v > VALUE_MAX_BYTES then
+    local tv = type(v)
+    if tv == "string" then bytes = bytes + #v end
+    if tv == "table" or bytes > VALUE_MAX_BYTES then
       return check_export({ ... }, false, VALUE_MAX_DEPTH, VALUE_MAX_ITEMS, VALUE_MAX_BYTES, 0)
     end
   end
@@ -593,8 +634,8 @@ local function check_values(...)
 end
 
 local function finish_resume(run, ok, ...)
-  account()
   m_active = false
+  account()
   m_run_co = nil
   local kb = collectgarbage("count")
   if kb > m_peak_kb then m_peak_kb = kb end
@@ -603,7 +644,12 @@ local function finish_resume(run, ok, ...)
   local stats_steps, stats_peak = m_used, m_peak_kb * 1024
   if not ok and not tripped and is_memory_error((...)) then
     tripped = true
-    t_kind, t_limit, t_used = "memory", b_max_memory, floor(kb * 1024)
+    t_kind, t_limit, t_used = "memory", memory_trip_figures()
+    t_chunk, t_line = nil, nil
+  elseif not tripped and kb > m_alloc_kb then
+    -- Grew past the allowance between polls and finished before the next one.
+    tripped = true
+    t_kind, t_limit, t_used = "memory", m_alloc_bytes, floor((kb - m_start_kb) * 1024)
     t_chunk, t_line = nil, nil
   end
   if tripped then
@@ -640,7 +686,7 @@ end
 -- Resumes run `id` with a fresh budget. Returns the status, steps used, peak heap bytes,
 -- then for done/yielded the values, for the other statuses the error info (a table, or a
 -- message for bad_value).
-function host.resume(id, start, ...)
+function host.resume(id, start, growth_limited, ...)
   local run = runs[id]
   if not run then return "closed" end
   if co_status(run.co) == "dead" then return "closed" end
@@ -656,7 +702,9 @@ function host.resume(id, start, ...)
   m_run_co = run.co
   m_peak_kb = collectgarbage("count")
   m_alloc_bytes = b_alloc_bytes
+  m_start_kb = m_peak_kb
   m_alloc_kb = m_peak_kb + b_alloc_bytes / 1024
+  m_growth_limited = growth_limited
   m_start = start
   m_last_poll = start
   m_deadline = start + b_wall_s
