@@ -21,6 +21,10 @@ Where the checks go, and why that covers every loop:
   the *label* would break Lua's rule that a label at the end of a block is outside the scope
   of the block's locals, so the check sits on the jump instead.
 
+Each check charges its body's weight: one step, plus one per :data:`TOKENS_PER_STEP` tokens
+of straight-line code in that body, so a huge loop-free function called in a loop cannot run
+far more work per step than an ordinary one (the meter reads the clock every K steps).
+
 No newline is ever inserted, so every line number a mod sees in an error is its own.
 """
 
@@ -33,6 +37,11 @@ from ._tokenizer import Token, TokenKind, tokenize
 __all__ = ["RESERVED_PREFIX", "ReservedNameError", "Instrumented", "instrument"]
 
 RESERVED_PREFIX = "__mb"
+
+# A check charges one step per this many tokens of straight-line code in its body (loops and
+# nested functions apart, they have checks of their own), at least one: bodies of ordinary
+# size cost exactly one step, and a step is never more than a bounded amount of work.
+TOKENS_PER_STEP = 64
 
 # Tokens after which a ``goto NAME`` starts a statement (it ends a statement or opens a
 # block). After anything else (``=``, ``,``, an operator, ``return``...) ``goto`` is an
@@ -67,9 +76,9 @@ class Instrumented:
     checks: int
 
 
-def check_text(cell: str, slow: str) -> str:
-    """The inline check inserted at each metering point."""
-    return f" {cell}[0]={cell}[0]-1 if {cell}[0]<0 then {slow}()end "
+def check_text(cell: str, slow: str, weight: int = 1) -> str:
+    """The inline check inserted at each metering point, charging ``weight`` steps."""
+    return f" {cell}[0]={cell}[0]-{weight} if {cell}[0]<0 then {slow}()end "
 
 
 def _statement_position(prev: Token | None) -> bool:
@@ -110,13 +119,18 @@ def instrument(src: str, *, cell: str, slow: str) -> Instrumented:
         raise ValueError("meter names must use the reserved prefix")
     src = _strip_header(src)
     tokens = tokenize(src)
-    check = check_text(cell, slow)
-    inserts: list[int] = []  # offsets where a check goes
+    # Each check point opens a region (a function or loop body); each token counts toward
+    # the innermost region it is in, nested regions apart. A check charges its region's
+    # weight, so a step stays a bounded amount of straight-line work.
+    inserts: list[tuple[int, int | None]] = []  # (offset, region; None for a goto check)
+    region_tokens = [0]  # region 0: the chunk's top level, which runs once
+    stack = [0]  # the region of each open block (`if` blocks share their parent's)
     prev: Token | None = None
     count = len(tokens)
     i = 0
     while i < count:
         tok = tokens[i]
+        region_tokens[stack[-1]] += 1
         if tok.kind is TokenKind.NAME:
             if tok.text.startswith(RESERVED_PREFIX):
                 raise ReservedNameError(tok.text, tok.line)
@@ -126,11 +140,14 @@ def instrument(src: str, *, cell: str, slow: str) -> Instrumented:
                 and tokens[i + 1].kind is TokenKind.NAME
                 and _statement_position(prev)
             ):
-                inserts.append(tok.start)
+                inserts.append((tok.start, None))
         elif tok.kind is TokenKind.KEYWORD:
-            if tok.text in ("do", "repeat"):
-                inserts.append(tok.end)
-            elif tok.text == "function":
+            text = tok.text
+            if text in ("do", "repeat"):
+                stack.append(len(region_tokens))
+                inserts.append((tok.end, len(region_tokens)))
+                region_tokens.append(0)
+            elif text == "function":
                 j = i + 1
                 while j < count and not (
                     tokens[j].kind is TokenKind.OP and tokens[j].text == "("
@@ -144,14 +161,22 @@ def instrument(src: str, *, cell: str, slow: str) -> Instrumented:
                     raise ValueError(f"line {tok.line}: function without a parameter list")
                 # On the line of the body's first token: LuaJIT reports a stack overflow at
                 # a function's first instruction, which is then the check.
-                inserts.append(tokens[j + 1].start if j + 1 < count else tokens[j].end)
+                stack.append(len(region_tokens))
+                inserts.append((tokens[j + 1].start if j + 1 < count else tokens[j].end,
+                                len(region_tokens)))
+                region_tokens.append(0)
+            elif text == "if":
+                stack.append(stack[-1])
+            elif text in ("end", "until") and len(stack) > 1:
+                stack.pop()
         prev = tok
         i += 1
     parts = [f"return function({cell},{slow},...) "]
     last = 0
-    for offset in inserts:
+    for offset, region in inserts:
+        weight = 1 if region is None else 1 + region_tokens[region] // TOKENS_PER_STEP
         parts.append(src[last:offset])
-        parts.append(check)
+        parts.append(check_text(cell, slow, weight))
         last = offset
     parts.append(src[last:])
     parts.append("\nend")

@@ -57,7 +57,9 @@ end
 -------------------------------------------------------------------------------------------
 local cell = ffi.new("double[1]")
 local STICKY = -4503599627370496          -- -2^52: stays negative whatever is subtracted
-local K_MIN, K_MAX = 1, 1048576
+-- K_MAX bounds the time between polls: a step is at most a bounded amount of straight-line
+-- work (the instrumenter weighs big bodies), so 2^17 steps stay within milliseconds.
+local K_MIN, K_MAX = 1, 131072
 local POLL_LOW_S, POLL_HIGH_S = 0.0002, 0.001  -- aim: one poll every 0.2-1 ms
 
 local m_active = false      -- a resume is running

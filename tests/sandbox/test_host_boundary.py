@@ -157,3 +157,20 @@ def test_closing_a_sandbox_drops_every_handle_into_its_runtime():
     sb.close()
     assert all(v is None for k, v in vars(sb).items() if k.startswith("_h_"))
 
+
+
+def test_the_time_budget_holds_for_big_loop_free_functions(jit):
+    # A cheap loop grows the poll window; then each call of a 3000-statement function with no
+    # loop would run ~3000 statements per step. Checks weigh their bodies, so polls keep up.
+    body = "\n".join(f"x = x + {i % 7}" for i in range(3000))
+    src = (f"local x = 0\nlocal function big()\n{body}\nend\n"
+           "for i = 1, 3e6 do end\nfor i = 1, 1e6 do big() end\nreturn x")
+    import time
+
+    with _sandbox(jit, Budget(steps=10**15, wall_s=0.1)) as sb:
+        run = sb.start(src, "@big.lua")
+        t0 = time.perf_counter()
+        out = run.resume()
+        elapsed = time.perf_counter() - t0
+    assert out.budget == "time"
+    assert elapsed < 0.1 + 0.5  # generous: shared machines

@@ -20,11 +20,12 @@ from lupa import luajit21
 from moonbox import Budget, HostError, Sandbox, ScriptError
 from moonbox.sandbox._instrument import (
     RESERVED_PREFIX,
+    TOKENS_PER_STEP,
     ReservedNameError,
     check_text,
     instrument,
 )
-from moonbox.sandbox._tokenizer import tokenize
+from moonbox.sandbox._tokenizer import TokenKind, tokenize
 
 CELL, SLOW = "__mb_n", "__mb_s"
 HUGE_WINDOW = 2.0**40
@@ -335,6 +336,7 @@ def test_wrapper_adds_no_line() -> None:
 
 def test_the_check_text() -> None:
     assert check_text("N", "S") == " N[0]=N[0]-1 if N[0]<0 then S()end "
+    assert check_text("N", "S", 7) == " N[0]=N[0]-7 if N[0]<0 then S()end "
     assert "\n" not in check_text(CELL, SLOW) and "\r" not in check_text(CELL, SLOW)
 
 
@@ -684,11 +686,20 @@ def test_instrumentation_only_inserts_checks(program: Program) -> None:
     src = program.source.removeprefix("\ufeff")
     original = [(t.kind, t.text, t.line) for t in tokenize(src)]
     check = [(t.kind, t.text) for t in tokenize(check_text(CELL, SLOW))]
+    weight_at = check.index((TokenKind.OP, "-")) + 1  # the check's weight: any positive int
+
+    def is_check(window: list) -> bool:
+        got = [(t.kind, t.text) for t in window]
+        if len(got) != len(check) or not got[weight_at][1].isdigit():
+            return False
+        got[weight_at] = check[weight_at]
+        return got == check
+
     head, tail = _wrapper()
     out = tokenize(inst.source)[len(tokenize(head)) : -len(tokenize(tail))]
     kept, found, i = [], 0, 0
     while i < len(out):
-        if [(t.kind, t.text) for t in out[i : i + len(check)]] == check:
+        if is_check(out[i : i + len(check)]):
             found += 1
             i += len(check)
             continue
@@ -728,3 +739,19 @@ def test_sandbox_runs_programs_like_raw_luajit(harness, big_sandbox, program: Pr
         assert (out.error.chunk, out.error.line, out.error.message) == (
             "=prog", int(match.group(1)), match.group(2),
         )  # fmt: skip
+
+
+def test_a_check_charges_the_weight_of_its_straight_line_body() -> None:
+    """A big loop-free body costs more than one step; an ordinary one costs exactly one."""
+    big = "local x = 0\n" + "x = x + 1\n" * 200
+    src = f"local function f()\n{big}return x\nend\nreturn f() + (function() return 1 end)()"
+    weights = [int(w) for w in re.findall(r"\[0\]-(\d+) if", instrument(src, cell=CELL, slow=SLOW).source)]
+    assert weights[0] == 1 + (4 + 5 * 200 + 2) // TOKENS_PER_STEP  # `local x = 0`, 200 x `x = x + 1`, `return x`
+    assert weights[1] == 1
+
+
+def test_nested_bodies_are_weighed_apart() -> None:
+    loop_body = "y = y + 1 " * 40
+    src = f"local y = 0 for i = 1, 3 do {loop_body} end return y"
+    weights = [int(w) for w in re.findall(r"\[0\]-(\d+) if", instrument(src, cell=CELL, slow=SLOW).source)]
+    assert weights == [1 + (5 * 40 + 1) // TOKENS_PER_STEP]  # the loop body alone
