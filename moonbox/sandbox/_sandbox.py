@@ -743,10 +743,6 @@ class Sandbox:
         call = self._call
         call.run = self._running
         call.name = hf.name
-        rt = self._rt
-        # The host's own work in a call (copying arguments, building result tables) gets the
-        # headroom: an allocation failing there would unwind through Python.
-        rt.set_max_memory(self._limit + _HOST_HEADROOM_BYTES, True)
         try:
             return self._call_host(hf, call, args)
         except BindingError as exc:
@@ -767,7 +763,6 @@ class Sandbox:
             log.exception("host function %r failed", hf.name)
             return (False, _HOST_BUG.format(hf.name).encode())
         finally:
-            rt.set_max_memory(self._limit, True)
             if self._clock() > self._deadline:
                 # One host call can take long for one step, and the meter polls the clock
                 # only every K steps: tell it now that the time is up.
@@ -793,9 +788,22 @@ class Sandbox:
             kind = type(value)
             if value is None or kind is float or kind is bool or kind is bytes:
                 out.append(value)
-            else:
+            elif kind is int or kind is str:
                 out.append(to_lua(self._rt, value))
+            else:
+                out.append(self._build_table(value))
         return tuple(out)
+
+    def _build_table(self, value: Any) -> Any:
+        # Building tables allocates through lupa's unprotected API: the host's work gets the
+        # headroom above the resume's limit (the prelude already refused a call made within
+        # its margin of the cap), so an allocation never fails there.
+        rt = self._rt
+        rt.set_max_memory(self._limit + _HOST_HEADROOM_BYTES, True)
+        try:
+            return to_lua(rt, value)
+        finally:
+            rt.set_max_memory(self._limit, True)
 
     def _argument(self, value: Any, index: int) -> Any:
         if value is None or isinstance(value, (bool, int, float, bytes)):
