@@ -99,41 +99,29 @@ def test_count_hook_does_not_fire_in_a_jit_compiled_loop():
     assert calls_jit_on * 10 < calls_jit_off
 
 
+_HOOKED_HOT_LOOP = """
+debug.sethook(function() error("budget exceeded", 0) end, "", 1000)
+local ok, err = pcall(function()
+  local x = 0
+  for i = 1, 5000000 do x = x + 1 end
+  return x
+end)
+debug.sethook()
+return ok, err
+"""
+
+
 def test_a_hook_budget_does_not_stop_a_hot_loop_with_the_jit_on():
     # The bounded form of "while true do end ran until killed": a hook that raises on its
     # first call never gets to raise, so the loop runs to its end.
     rt = luajit21.LuaRuntime()
-    finished = rt.execute(
-        """
-        debug.sethook(function() error("budget exceeded", 0) end, "", 1000)
-        local ok, err = pcall(function()
-          local x = 0
-          for i = 1, 5000000 do x = x + 1 end
-          return x
-        end)
-        debug.sethook()
-        return ok, err
-        """
-    )
-    assert finished == (True, 5000000)
+    assert rt.execute(_HOOKED_HOT_LOOP) == (True, 5000000)
 
 
 def test_with_the_jit_off_a_hook_budget_stops_the_same_loop():
     rt = luajit21.LuaRuntime()
     rt.execute("jit.off()")
-    stopped = rt.execute(
-        """
-        debug.sethook(function() error("budget exceeded", 0) end, "", 1000)
-        local ok, err = pcall(function()
-          local x = 0
-          for i = 1, 5000000 do x = x + 1 end
-          return x
-        end)
-        debug.sethook()
-        return ok, err
-        """
-    )
-    assert stopped == (False, "budget exceeded")
+    assert rt.execute(_HOOKED_HOT_LOOP) == (False, "budget exceeded")
 
 
 # --- fact 5: a check written in Lua can yield, a hook cannot --------------------------------
