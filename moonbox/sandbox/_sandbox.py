@@ -295,10 +295,14 @@ class Run:
         # The allocator holds the mod to its heap cap and to this resume's growth allowance
         # while it runs; between resumes the host keeps headroom for its own work (lupa's
         # pushes are unprotected: an out-of-memory there would abort the process).
-        limit = rt.get_memory_used(True) + budget.alloc_bytes
-        growth_limited = limit < cap
-        if not growth_limited:
+        if budget.alloc_bytes >= cap:
+            growth_limited = False  # the heap cap always binds first
             limit = cap
+        else:
+            limit = rt.get_memory_used(True) + budget.alloc_bytes
+            growth_limited = limit < cap
+            if not growth_limited:
+                limit = cap
         sb._limit = limit
         reports = self.reports
         first = len(reports)
