@@ -5,10 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, PlainValidator, ValidationError
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, StrictFloat, ValidationError
 
 from .._errors import BindingError
 from ..sandbox import HostCall
@@ -35,13 +34,9 @@ _PYDANTIC_PHRASES = {
 }
 
 
-def _number(value: Any) -> int | float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return value
-    raise PydanticCustomError("number_type", "expected a number")
-
-
-LuaNumber = Annotated[int | float, PlainValidator(_number)]
+# Validated in pydantic's core (no Python call per field): ints are taken and become floats,
+# as every Lua number is a double; strings and booleans that look like numbers are refused.
+LuaNumber = StrictFloat
 """A Lua number: an int or float, never a string or boolean that looks like one."""
 
 

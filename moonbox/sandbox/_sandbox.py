@@ -69,6 +69,7 @@ _ENV_SPEC = " ".join(
 _SCALARS = frozenset({bool, int, float})
 _tuple_new = tuple.__new__
 _OK = (True,)
+_MAX_EXACT_INT = 1 << 53  # past this an int crosses as a float (to_lua)
 _NOT_ENOUGH_MEMORY = (False, b"not enough memory")
 _TRIP_MESSAGE = "moonbox: budget exceeded"  # what the prelude raises on a trip
 _HOST_BUG = "{}: the host failed to handle this call (a host bug, logged)"
@@ -791,6 +792,8 @@ class Sandbox:
             # back to the mod as a Python exception object.
             kind = type(value)
             if value is None or kind is float or kind is bool or kind is bytes:
+                out.append(value)
+            elif kind is int and -_MAX_EXACT_INT <= value <= _MAX_EXACT_INT:
                 out.append(value)
             elif kind is int or kind is str:
                 out.append(to_lua(self._rt, value))
