@@ -68,6 +68,7 @@ _ENV_SPEC = " ".join(
 
 _SCALARS = frozenset({bool, int, float})
 _tuple_new = tuple.__new__
+_perf_counter = time.perf_counter
 _OK = (True,)
 _MAX_EXACT_INT = 1 << 53  # past this an int crosses as a float (to_lua)
 _NOT_ENOUGH_MEMORY = (False, b"not enough memory")
@@ -248,6 +249,7 @@ class Run:
         self._wall_s = 0.0
         self.resumes = 0
         self._denials: set[str] = set()
+        self._open = True  # False once finished, closed, or its runtime is gone
 
     @property
     def finished(self) -> bool:
@@ -280,26 +282,20 @@ class Run:
         """
         # The hot path of every tick of every mod: kept flat on purpose.
         sb = self.sandbox
-        if self.status in _FINISHED:
-            raise SandboxClosed(f"the run of {self.chunk.name} is finished ({self.status})")
-        if sb._closed or self._generation != sb._generation:
-            raise SandboxClosed(f"the run of {self.chunk.name} was closed")
-        if sb._running is not None:
-            raise HostError("a run cannot be resumed while another run of the sandbox runs")
+        if not self._open or sb._running is not None:
+            self._refuse()
         if budget is None:
             budget = sb.budget
         if budget is not sb._lua_budget:
             sb._send_budget(budget)
         rt = sb._rt
-        lua_args = [to_lua(rt, a) for a in args] if args else ()
-        cap = budget.max_memory
         # The allocator holds the mod to its heap cap and to this resume's growth allowance
         # while it runs; between resumes the host keeps headroom for its own work (lupa's
         # pushes are unprotected: an out-of-memory there would abort the process).
-        if budget.alloc_bytes >= cap:
-            growth_limited = False  # the heap cap always binds first
-            limit = cap
-        else:
+        limit = sb._fixed_limit
+        growth_limited = False
+        if limit is None:  # the growth allowance may be the tighter limit
+            cap = budget.max_memory
             limit = rt.get_memory_used(True) + budget.alloc_bytes
             growth_limited = limit < cap
             if not growth_limited:
@@ -308,20 +304,24 @@ class Run:
         reports = self.reports
         first = len(reports)
         sb._running = self
-        t0 = time.perf_counter()
+        t0 = _perf_counter()
         rt.set_max_memory(limit, True)
         start = sb._clock()
         sb._deadline = start + budget.wall_s
         try:
-            res = sb._h_resume(self._id, start, growth_limited, *lua_args)
+            if args:
+                res = sb._h_resume(self._id, start, growth_limited,
+                                   *[to_lua(rt, a) for a in args])
+            else:
+                res = sb._h_resume(self._id, start, growth_limited)
         except lua.LuaMemoryError:
             res = None
         except lua.LuaError as exc:
             raise HostError(f"moonbox failed while resuming {self.chunk.name}: {exc}") from exc
         finally:
-            rt.set_max_memory(cap + _HOST_HEADROOM_BYTES, True)
+            rt.set_max_memory(sb._loose_limit, True)
             sb._running = None
-        wall = time.perf_counter() - t0
+        wall = _perf_counter() - t0
         self.resumes += 1
         self._wall_s += wall
         if type(res) is tuple and res[0] == b"yielded":
@@ -336,7 +336,7 @@ class Run:
             return _tuple_new(Outcome, ("yielded", values, None, new,
                                         _tuple_new(Stats, (steps, peak, wall))))
         outcome = sb._outcome(self, res, first, wall,
-                              budget.alloc_bytes if growth_limited else cap)
+                              budget.alloc_bytes if growth_limited else budget.max_memory)
         stats = outcome.stats
         self._steps += stats.steps
         if stats.memory_peak_bytes > self._peak:
@@ -345,6 +345,13 @@ class Run:
         if status in _FINISHED:
             sb._close_run(self)
         return outcome
+
+    def _refuse(self) -> None:
+        if self.sandbox._running is not None and self._open:
+            raise HostError("a run cannot be resumed while another run of the sandbox runs")
+        if self.status in _FINISHED:
+            raise SandboxClosed(f"the run of {self.chunk.name} is finished ({self.status})")
+        raise SandboxClosed(f"the run of {self.chunk.name} was closed")
 
     def finish(self, *args: Any, max_resumes: int = 1000, budget: Budget | None = None) -> Outcome:
         """Resume until the chunk returns, fails or trips; each resume has a fresh budget.
@@ -480,6 +487,8 @@ class Sandbox:
         self._deadline = 0.0
         self._h_check = host[b"check_export"]
         self._lua_budget: Budget | None = None
+        self._fixed_limit: int | None = None
+        self._loose_limit = self.budget.max_memory + _HOST_HEADROOM_BYTES
         # The meter's clock: the host reads the same one to start each resume.
         self._clock = time.monotonic if host[b"clock"] == b"monotonic" else time.process_time
         closures = rt.table()
@@ -500,6 +509,7 @@ class Sandbox:
         self._closed = True
         for run in list(self._runs.values()):
             run.status = "error" if not run.finished else run.status
+            run._open = False
         self._runs.clear()
         # Drop every handle into the runtime so lupa can free it now.
         for name in [n for n in vars(self) if n.startswith("_h_")]:
@@ -519,6 +529,7 @@ class Sandbox:
         for run in list(self._runs.values()):
             if not run.finished:
                 run.status = "error"
+            run._open = False
         self._runs.clear()
         self._open_runtime()
         self.replacements += 1
@@ -639,6 +650,7 @@ class Sandbox:
         return run.finish(*args, max_resumes=max_resumes)
 
     def _close_run(self, run: Run) -> None:
+        run._open = False
         if self._runs.pop(run._id, None) is not None and run._generation == self._generation:
             self._h_close(run._id)
 
@@ -647,6 +659,9 @@ class Sandbox:
         self._h_set_budget(budget.steps, budget.wall_s, total, self.preempt,
                            budget.alloc_bytes, budget.max_memory)
         self._lua_budget = budget
+        cap = budget.max_memory
+        self._fixed_limit = cap if budget.alloc_bytes >= cap else None
+        self._loose_limit = cap + _HOST_HEADROOM_BYTES
 
     def _outcome(
         self, run: Run, res: Any, first_report: int, wall: float, memory_limit: int
@@ -705,6 +720,7 @@ class Sandbox:
     def _after_memory_trip(self, run: Run) -> None:
         self._runs.pop(run._id, None)
         run.status = "budget"
+        run._open = False
         self._h_close(run._id)
         self._rt.gccollect()
         if self._rt.get_memory_used(total=True) > self.budget.max_memory * _REPLACE_ABOVE:
