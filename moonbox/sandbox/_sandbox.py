@@ -304,22 +304,28 @@ class Run:
         reports = self.reports
         first = len(reports)
         sb._running = self
+        if args:
+            sb._loosen()
+            lua_args = [to_lua(rt, a) for a in args]
         t0 = _perf_counter()
-        rt.set_max_memory(limit, True)
+        # The allocator stays at this limit after a plain yield (nothing of the host's needs
+        # Lua memory then); every other host entry point loosens it first (see _loosen).
+        if sb._current_limit != limit:
+            rt.set_max_memory(limit, True)
+            sb._current_limit = limit
         start = sb._clock()
         sb._deadline = start + budget.wall_s
         try:
             if args:
-                res = sb._h_resume(self._id, start, growth_limited,
-                                   *[to_lua(rt, a) for a in args])
+                res = sb._h_resume(self._id, start, growth_limited, *lua_args)
             else:
                 res = sb._h_resume(self._id, start, growth_limited)
         except lua.LuaMemoryError:
             res = None
         except lua.LuaError as exc:
+            sb._loosen()
             raise HostError(f"moonbox failed while resuming {self.chunk.name}: {exc}") from exc
         finally:
-            rt.set_max_memory(sb._loose_limit, True)
             sb._running = None
         wall = _perf_counter() - t0
         self.resumes += 1
@@ -330,7 +336,11 @@ class Run:
             if peak > self._peak:
                 self._peak = peak
             self.status = "yielded"
-            values = () if len(res) == 3 else _values(res)
+            if len(res) == 3:
+                values: tuple[Any, ...] = ()
+            else:
+                sb._loosen()  # copying tables out takes references in Lua
+                values = _values(res)
             new = tuple(reports[first:]) if len(reports) > first else ()
             # tuple.__new__ skips the NamedTuple constructors.
             return _tuple_new(Outcome, ("yielded", values, None, new,
@@ -496,6 +506,7 @@ class Sandbox:
             closures[key] = host[b"make_host_function"](key, hf.cost)
         self._env = host[b"make_env"](_ENV_SPEC, closures)
         rt.set_max_memory(self.budget.max_memory + _HOST_HEADROOM_BYTES, total=True)
+        self._current_limit = self.budget.max_memory + _HOST_HEADROOM_BYTES
         self._generation += 1
 
     def _check_open(self) -> None:
@@ -550,6 +561,7 @@ class Sandbox:
             ConfigError: a chunk name that is not ``@...`` or ``=...``.
         """
         self._check_open()
+        self._loosen()
         if chunk[:1] not in ("@", "=") or chunk.startswith("=[moonbox") or len(chunk) > 512:
             raise ConfigError(
                 f"chunk name {chunk!r} must start with '@' (a file) or '=' (a label)"
@@ -621,6 +633,7 @@ class Sandbox:
             SandboxClosed: the chunk belongs to a closed or replaced runtime.
         """
         self._check_open()
+        self._loosen()
         compiled = source if isinstance(source, Chunk) else self.load(source, chunk)
         if compiled._generation != self._generation:
             raise SandboxClosed(
@@ -654,6 +667,14 @@ class Sandbox:
         if self._runs.pop(run._id, None) is not None and run._generation == self._generation:
             self._h_close(run._id)
 
+    def _loosen(self) -> None:
+        """Give the host headroom above the mod's limit before it works in the runtime:
+        lupa's pushes and references are unprotected allocations, and one failing there
+        would abort the process."""
+        if self._current_limit != self._loose_limit:
+            self._rt.set_max_memory(self._loose_limit, True)
+            self._current_limit = self._loose_limit
+
     def _send_budget(self, budget: Budget) -> None:
         total = -1 if budget.total_steps is None else budget.total_steps
         self._h_set_budget(budget.steps, budget.wall_s, total, self.preempt,
@@ -662,6 +683,7 @@ class Sandbox:
         cap = budget.max_memory
         self._fixed_limit = cap if budget.alloc_bytes >= cap else None
         self._loose_limit = cap + _HOST_HEADROOM_BYTES
+        self._loosen()
 
     def _outcome(
         self, run: Run, res: Any, first_report: int, wall: float, memory_limit: int
@@ -671,6 +693,7 @@ class Sandbox:
         ``memory_limit`` is the limit the allocator held the resume to: its growth allowance
         or the heap cap.
         """
+        self._loosen()
         reports = tuple(run.reports[first_report:])
         if res is None:  # out of memory again in the host's own Lua code, after the mod's
             self._rt.gccollect()
@@ -718,6 +741,7 @@ class Sandbox:
                               line=line, traceback=frames)
 
     def _after_memory_trip(self, run: Run) -> None:
+        self._loosen()
         self._runs.pop(run._id, None)
         run.status = "budget"
         run._open = False
@@ -827,6 +851,7 @@ class Sandbox:
             return to_lua(rt, value)
         finally:
             rt.set_max_memory(self._limit, True)
+            self._current_limit = self._limit
 
     def _argument(self, value: Any, index: int) -> Any:
         if value is None or isinstance(value, (bool, int, float, bytes)):
