@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import secrets
@@ -49,15 +50,11 @@ local code, name, config, dispatch = ...
 local f = assert(load(code, name, "b"))
 return f(config, dispatch)
 """
-_prelude_cache: list[bytes] = []
-
-
+@functools.cache
 def _prelude_bytecode() -> bytes:
-    if not _prelude_cache:
-        rt = lua.LuaRuntime(register_eval=False, register_builtins=False, encoding=None)
-        dump = rt.eval("function(src, name) return string.dump(assert(load(src, name, 't'))) end")
-        _prelude_cache.append(dump(_PRELUDE, _PRELUDE_NAME))
-    return _prelude_cache[0]
+    rt = lua.LuaRuntime(register_eval=False, register_builtins=False, encoding=None)
+    dump = rt.eval("function(src, name) return string.dump(assert(load(src, name, 't'))) end")
+    return bytes(dump(_PRELUDE, _PRELUDE_NAME))
 
 
 # The allowlist as the prelude reads it: "name ... lib:field,field ...".
@@ -495,7 +492,7 @@ class Sandbox:
         self._limit = self.budget.max_memory
         self._h_type = host[b"type_of"]
         self._deadline = 0.0
-        self._h_check = host[b"check_export"]
+        self._h_check_argument = host[b"check_argument"]
         self._lua_budget: Budget | None = None
         self._fixed_limit: int | None = None
         self._loose_limit = self.budget.max_memory + _HOST_HEADROOM_BYTES
@@ -854,14 +851,11 @@ class Sandbox:
             self._current_limit = self._limit
 
     def _argument(self, value: Any, index: int) -> Any:
-        if value is None or isinstance(value, (bool, int, float, bytes)):
-            return to_python(value)
+        # A Lua object (scalars never get here): a table of plain data, or refused.
         kind = _text(self._h_type(value))
         if kind != "table":
             raise BindingError(f"argument {index}: a {kind} cannot cross to the host")
-        limits = self.value_limits
-        problem = self._h_check(value, True, limits.max_depth, limits.max_items,
-                                limits.max_bytes, 1)
+        problem = self._h_check_argument(value)
         if problem is not None:
             raise BindingError(_text(problem).replace("value", f"argument {index}", 1))
         return to_python(value)
