@@ -10,7 +10,7 @@ from ._errors import (
     SandboxClosed,
     ScriptError,
 )
-from .bindings import Binding, default_bindings
+from .bindings import Binding, ModApi, Permissions, Registry, default_bindings
 from .sandbox import Budget, Chunk, HostCall, Outcome, Run, Sandbox, Stats, ValueLimits
 
 __version__ = "0.1.0"
@@ -25,8 +25,11 @@ __all__ = [
     "Frame",
     "HostCall",
     "HostError",
+    "ModApi",
     "MoonboxError",
     "Outcome",
+    "Permissions",
+    "Registry",
     "Run",
     "Sandbox",
     "SandboxClosed",

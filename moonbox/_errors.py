@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 __all__ = [
+    "DENIAL_REASONS",
     "BindingError",
     "BudgetExceeded",
     "BudgetKind",
@@ -39,15 +40,27 @@ class HostError(MoonboxError):
     """A fault of the host side (a bug in moonbox or in a host binding), not of the mod."""
 
 
+# Reasons of a BindingError that refuse the call on the host's authority (permissions,
+# approval, a hook's veto): a mod that fails on one fails with kind ``denied``.
+DENIAL_REASONS = frozenset({"denied", "not_approved", "approval_timed_out", "vetoed"})
+
+
 class BindingError(MoonboxError):
     """Raised by a host function to fail the call: the mod sees ``name: <this message>``.
 
-    ``reason`` is a stable code for programs (``invalid_arguments``, ``denied``, ...).
+    ``reason`` is a stable code for programs: ``invalid_arguments``, ``failed``, a denial
+    (``denied``, ``not_approved``, ``approval_timed_out``, ``vetoed``), ``unavailable``, or
+    a query refusal (``unknown_source``, ``refused``, ``timed_out``, ...).
     """
 
     def __init__(self, message: str, *, reason: str = "invalid_arguments") -> None:
         super().__init__(message)
         self.reason = reason
+
+    @property
+    def denied(self) -> bool:
+        """The host refused the call (permissions, approval or a hook), not the arguments."""
+        return self.reason in DENIAL_REASONS
 
 
 class SandboxClosed(MoonboxError):

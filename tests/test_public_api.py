@@ -11,8 +11,9 @@ def test_top_level_names():
     assert moonbox.__all__ == sorted(moonbox.__all__)
     assert moonbox.__all__ == [
         "Binding", "BindingError", "Budget", "BudgetExceeded", "Chunk", "ConfigError", "Frame",
-        "HostCall", "HostError", "MoonboxError", "Outcome", "Run", "Sandbox", "SandboxClosed",
-        "ScriptError", "Stats", "ValueLimits", "default_bindings",
+        "HostCall", "HostError", "ModApi", "MoonboxError", "Outcome", "Permissions", "Registry",
+        "Run", "Sandbox", "SandboxClosed", "ScriptError", "Stats", "ValueLimits",
+        "default_bindings",
     ]
     for name in moonbox.__all__:
         assert hasattr(moonbox, name)
@@ -25,8 +26,10 @@ def test_subpackage_names():
         "parse_size",
     ]
     assert moonbox.bindings.__all__ == [
-        "AddArgs", "Binding", "LuaNumber", "ReportArgs", "Risk", "add", "default_bindings",
-        "report",
+        "AddArgs", "Answer", "ApprovalRequest", "Approver", "Binding", "CallInfo", "Decision",
+        "Hook", "LuaNumber", "MODES", "ModApi", "Mode", "Permissions", "QueryInfo",
+        "QuerySource", "REFUSAL_CODES", "Registry", "ReportArgs", "Risk", "Scope",
+        "ScopeClosed", "Veto", "add", "default_bindings", "report",
     ]
 
 

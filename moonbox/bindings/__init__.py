@@ -1,12 +1,42 @@
-"""The host API a mod may call.
+"""The host API a mod may call: bindings, the registry, permissions, hooks, scopes, queries.
 
-This is the minimal form: :class:`Binding` (a name, a pydantic argument model, a cost) and
-the two default bindings ``report`` and ``add``.
+A :class:`Binding` is a named Python function with a pydantic model for its arguments. A
+:class:`Registry` holds bindings, hooks and query sources; :meth:`Registry.mod` turns it
+into one mod's API under that mod's :class:`Permissions`.
 """
 
-from ._binding import Binding, LuaNumber, Risk
+from ._binding import Binding, LuaNumber
 from ._defaults import AddArgs, ReportArgs, add, default_bindings, report
+from ._hooks import CallInfo, Hook, Veto
+from ._permissions import MODES, Decision, Mode, Permissions, Risk
+from ._query import REFUSAL_CODES, QueryInfo, QuerySource
+from ._registry import Answer, ApprovalRequest, Approver, ModApi, Registry
+from ._scope import Scope, ScopeClosed
 
 __all__ = [
-    "AddArgs", "Binding", "LuaNumber", "ReportArgs", "Risk", "add", "default_bindings", "report",
+    "AddArgs",
+    "Answer",
+    "ApprovalRequest",
+    "Approver",
+    "Binding",
+    "CallInfo",
+    "Decision",
+    "Hook",
+    "LuaNumber",
+    "MODES",
+    "ModApi",
+    "Mode",
+    "Permissions",
+    "QueryInfo",
+    "QuerySource",
+    "REFUSAL_CODES",
+    "Registry",
+    "ReportArgs",
+    "Risk",
+    "Scope",
+    "ScopeClosed",
+    "Veto",
+    "add",
+    "default_bindings",
+    "report",
 ]

@@ -5,17 +5,19 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, StrictFloat, ValidationError
 
 from .._errors import BindingError
 from ..sandbox import HostCall
+from ._permissions import Risk
 
 __all__ = ["Binding", "LuaNumber", "Risk"]
 
-Risk = Literal["read", "write", "danger"]
+_RISKS = ("read", "write", "danger")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_GROUP = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
 _PYDANTIC_PHRASES = {
     "number_type": "expected a number",
@@ -59,34 +61,56 @@ class Binding:
     Positional Lua arguments map onto the fields of ``args`` in order; a single table
     argument maps onto them by key. A validation failure reaches Lua as one line naming the
     binding, the argument and the problem (``add: argument b: expected a number, got
-    string``).
+    string``). A ``nil`` argument is a missing one (the field's default applies).
 
     Attributes:
-        name: the global name in Lua (1-64 letters, digits, ``_``).
+        name: the global name in Lua (1-64 letters, digits, ``_``; not starting with a digit).
         args: pydantic model of the arguments.
         fn: called with the :class:`HostCall` and the validated model; returns a plain value,
-            a tuple of plain values, or ``None``.
-        risk: ``read``, ``write`` or ``danger``.
+            a tuple of plain values, ``None``, or (with ``result``) what ``result`` validates.
+        result: optional pydantic model of the result; the value ``fn`` returns is validated
+            against it (a failure is a host bug) and crosses as a table of its fields.
+        risk: ``read``, ``write`` or ``danger``: what a permission mode decides on.
+        group: a label for documentation and stubs (``world``, ``store``, ...).
         cost: steps charged to the budget per call.
         description: one line for the mod API documentation.
+        explain_denial: when a mod's permissions deny the binding, install a stub that
+            fails with the reason instead of leaving the name absent.
     """
 
     name: str
     args: type[BaseModel]
     fn: Callable[[HostCall, Any], Any] = field(repr=False)
+    result: type[BaseModel] | None = None
     risk: Risk = "read"
+    group: str = "general"
     cost: int = 1
     description: str = ""
+    explain_denial: bool = False
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise ValueError(f"binding name {self.name!r}: use 1-64 letters, digits or '_'")
-        if self.cost < 0:
-            raise ValueError("a binding's cost cannot be negative")
+        if self.risk not in _RISKS:
+            raise ValueError(f"binding {self.name}: risk must be one of {', '.join(_RISKS)}")
+        if not _GROUP.match(self.group):
+            raise ValueError(f"binding {self.name}: group {self.group!r} is not a short label")
+        if not isinstance(self.cost, int) or self.cost < 0:
+            raise ValueError(f"binding {self.name}: cost must be a non-negative int")
+        if not (isinstance(self.args, type) and issubclass(self.args, BaseModel)):
+            raise ValueError(f"binding {self.name}: args must be a pydantic model class")
+        if self.result is not None and not (
+            isinstance(self.result, type) and issubclass(self.result, BaseModel)
+        ):
+            raise ValueError(f"binding {self.name}: result must be a pydantic model class")
         fields = tuple(self.args.model_fields)
         object.__setattr__(self, "_fields", fields)
         object.__setattr__(self, "_field_set", frozenset(fields))
         object.__setattr__(self, "_validate", self.args.__pydantic_validator__.validate_python)
+        if self.result is not None:
+            object.__setattr__(
+                self, "_validate_result", self.result.__pydantic_validator__.validate_python
+            )
 
     def validate(self, args: tuple[Any, ...]) -> BaseModel:
         """Map Lua arguments onto the model and validate them.
@@ -95,10 +119,13 @@ class Binding:
             BindingError: one line naming the argument and the problem.
         """
         fields: tuple[str, ...] = self._fields  # type: ignore[attr-defined]
-        if len(args) == 1 and type(args[0]) is dict and (
+        n = len(args)
+        if n == len(fields) and (n != 1 or type(args[0]) is not dict) and None not in args:
+            data: dict[str, Any] = dict(zip(fields, args, strict=True))  # the common case
+        elif n == 1 and type(args[0]) is dict and (
             len(fields) != 1 or not args[0] or args[0].keys() <= self._field_set  # type: ignore[attr-defined]
         ):
-            data: dict[str, Any] = args[0]
+            data = args[0]
             unknown = [k for k in data if k not in self._field_set]  # type: ignore[attr-defined]
             if unknown:
                 raise BindingError(f"argument {unknown[0]}: unexpected argument")
@@ -117,16 +144,30 @@ class Binding:
         try:
             return self._validate(data)  # type: ignore[attr-defined,no-any-return]
         except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(p) for p in first["loc"]) or "arguments"
-            phrase = _PYDANTIC_PHRASES.get(first["type"], first["msg"])
-            given = first.get("input")
-            if first["type"] != "missing" and phrase.startswith("expected"):
-                phrase = f"{phrase}, got {_lua_type(given)}"
-            raise BindingError(f"argument {loc}: {phrase}") from None
+            raise BindingError(_explain(exc)) from None
+
+    def results(self, value: Any) -> tuple[Any, ...]:
+        """What ``fn`` returned, as the tuple of plain values that crosses back to Lua.
+
+        Raises:
+            ValueError: the value does not match the result model (a host bug).
+        """
+        if self.result is not None:
+            model = value if type(value) is self.result else self._validate_result(value)  # type: ignore[attr-defined]
+            return (model.model_dump(mode="python"),)
+        if value is None:
+            return ()
+        return value if type(value) is tuple else (value,)
 
     def __call__(self, call: HostCall, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        result = self.fn(call, self.validate(args))
-        if result is None:
-            return ()
-        return result if isinstance(result, tuple) else (result,)
+        return self.results(self.fn(call, self.validate(args)))
+
+
+def _explain(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "arguments"
+    phrase = _PYDANTIC_PHRASES.get(first["type"], first["msg"])
+    given = first.get("input")
+    if first["type"] != "missing" and phrase.startswith("expected"):
+        phrase = f"{phrase}, got {_lua_type(given)}"
+    return f"argument {loc}: {phrase}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..sandbox import HostCall
 from ..sandbox._marshal import format_value
@@ -14,14 +14,18 @@ __all__ = ["ReportArgs", "AddArgs", "report", "add", "default_bindings"]
 
 
 class ReportArgs(BaseModel):
+    """Arguments of ``report``."""
+
     model_config = ConfigDict(extra="forbid")
-    message: Any = None
+    message: Any = Field(default=None, description="a string, or any value to render")
 
 
 class AddArgs(BaseModel):
+    """Arguments of ``add``."""
+
     model_config = ConfigDict(extra="forbid")
-    a: LuaNumber
-    b: LuaNumber
+    a: LuaNumber = Field(description="the first number")
+    b: LuaNumber = Field(description="the second number")
 
 
 def _report(call: HostCall, args: ReportArgs) -> None:
@@ -38,6 +42,7 @@ report = Binding(
     ReportArgs,
     _report,
     risk="read",
+    group="core",
     cost=1,
     description="Add one line to the run's report (strings as they are, other values rendered).",
 )
@@ -46,6 +51,7 @@ add = Binding(
     AddArgs,
     _add,
     risk="read",
+    group="core",
     cost=1,
     description="Return a + b; both must be numbers.",
 )

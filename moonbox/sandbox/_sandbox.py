@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import re
 import secrets
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal, NamedTuple, Protocol
@@ -183,19 +185,59 @@ class Outcome(NamedTuple):
 
 
 class HostCall:
-    """What a host function learns about the call it serves."""
+    """What a host function learns about the call it serves.
 
-    __slots__ = ("sandbox", "run", "name")
+    Attributes:
+        sandbox: the sandbox the call comes from.
+        run: the run making the call (``None`` outside a run).
+        name: the host function's name.
+        mod: the calling mod's context, set by the bindings layer (its ``ModApi``), or
+            ``None``.
+    """
 
-    def __init__(self, sandbox: Sandbox, run: Run | None, name: str) -> None:
+    __slots__ = ("sandbox", "run", "name", "mod")
+
+    def __init__(self, sandbox: Sandbox, run: Run | None, name: str, mod: Any = None) -> None:
         self.sandbox = sandbox
         self.run = run
         self.name = name
+        self.mod = mod
 
     def report(self, text: str) -> None:
         """Add one line to the run's reports (capped in count and size)."""
         if self.run is not None:
             self.run._add_report(text)
+
+    def time_left_s(self) -> float:
+        """Seconds left of the running resume's wall budget (``inf`` outside a resume)."""
+        sb = self.sandbox
+        if sb is None or sb._running is None:
+            return math.inf
+        return max(0.0, sb._deadline - sb._clock())
+
+    @contextmanager
+    def excluded_time(self, max_total_s: float) -> Iterator[None]:
+        """Host work inside this block does not count against the resume's wall budget.
+
+        For waits the mod does not control (a person answering an approval). At most
+        ``max_total_s`` seconds per resume are excluded in total; beyond that the wait
+        counts, so a mod cannot stall its host through repeated waits.
+        """
+        sb = self.sandbox
+        if sb is None or sb._running is None:
+            yield
+            return
+        if sb._excluded_for is not sb._running or sb._excluded_start != sb._start:
+            sb._excluded_for, sb._excluded_start, sb._excluded_s = sb._running, sb._start, 0.0
+        t0 = sb._clock()
+        try:
+            yield
+        finally:
+            spent = min(sb._clock() - t0, max(0.0, max_total_s - sb._excluded_s))
+            if spent > 0 and sb._h_extend is not None:
+                sb._excluded_s += spent
+                sb._deadline += spent
+                sb._h_extend(spent)
 
 
 class HostFunction(Protocol):
@@ -318,6 +360,7 @@ class Run:
             sb._current_limit = limit
         # The resume's time is read on the meter's clock, the one its wall budget runs on.
         start = sb._clock()
+        sb._start = start
         sb._deadline = start + budget.wall_s
         try:
             if args:
@@ -500,6 +543,11 @@ class Sandbox:
         self._limit = self.budget.max_memory
         self._h_type = host[b"type_of"]
         self._deadline = 0.0
+        self._start = 0.0
+        self._excluded_for: Run | None = None
+        self._excluded_start = 0.0
+        self._excluded_s = 0.0
+        self._h_extend = host[b"extend"]
         self._h_check_argument = host[b"check_argument"]
         self._lua_budget: Budget | None = None
         self._fixed_limit: int | None = None
@@ -793,11 +841,12 @@ class Sandbox:
         call = self._call
         call.run = self._running
         call.name = hf.name
+        call.mod = None
         try:
             return self._call_host(hf, call, args)
         except BindingError as exc:
             message = f"{hf.name}: {exc}"
-            if exc.reason == "denied" and call.run is not None and len(call.run._denials) < 64:
+            if exc.denied and call.run is not None and len(call.run._denials) < 64:
                 call.run._denials.add(message)
             return (False, message.encode("utf-8", "replace"))
         except lua.LuaMemoryError:

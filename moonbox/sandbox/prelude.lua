@@ -340,7 +340,8 @@ local function raise_here(message)
   -- Raises with the position of the innermost mod frame (tail calls hide the caller).
   local src, line = mod_frame(2)
   if src then
-    local short = s_sub(src, 1, 1) == "@" and s_sub(src, 2) or src
+    local first = s_sub(src, 1, 1)
+    local short = (first == "@" or first == "=") and s_sub(src, 2) or src
     message = short .. ":" .. line .. ": " .. message
   end
   error(message, 0)
@@ -731,6 +732,12 @@ function host.expire()
     m_window = 0
     cell[0] = 0
   end
+end
+
+-- Called by the host after host work that does not count against the resume's time (an
+-- approval a person answers): the deadline moves by the time that work took.
+function host.extend(seconds)
+  if m_active then m_deadline = m_deadline + seconds end
 end
 
 function host.type_of(value)

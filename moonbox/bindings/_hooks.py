@@ -1,0 +1,81 @@
+"""Hooks around binding calls: ``pre_call`` observes and may veto, ``post_call`` may amend."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from ..sandbox import HostCall
+
+if TYPE_CHECKING:
+    from ._binding import Binding
+
+__all__ = ["CallInfo", "Hook", "PostCall", "PreCall", "Veto"]
+
+_MATCH = re.compile(r"^[A-Za-z0-9_]{0,64}\*$|^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+@dataclass(frozen=True, slots=True)
+class CallInfo:
+    """One binding call, as hooks see it.
+
+    Attributes:
+        mod: the id of the mod making the call.
+        binding: the binding called.
+        args: the validated arguments (the binding's model).
+        call: the sandbox's call context (the run, its reports).
+    """
+
+    mod: str
+    binding: Binding
+    args: BaseModel
+    call: HostCall
+
+
+@dataclass(frozen=True, slots=True)
+class Veto:
+    """What a ``pre_call`` hook returns to refuse a call; the mod sees ``reason``."""
+
+    reason: str
+
+
+PreCall = Callable[[CallInfo], "Veto | None"]
+PostCall = Callable[[CallInfo, Any], Any]
+
+
+@dataclass(frozen=True)
+class Hook:
+    """Code the host runs around binding calls.
+
+    Hooks run in ascending ``order`` (ties: the order they were added). A hook that raises
+    is logged and skipped: only a returned :class:`Veto` refuses a call.
+
+    Attributes:
+        name: for logs and removal.
+        pre_call: ``fn(info) -> Veto | None``, after validation, before the binding runs.
+        post_call: ``fn(info, result) -> result``: what it returns replaces the result
+            (return the result unchanged to keep it).
+        order: position among hooks.
+        match: a binding name or ``prefix*`` (``*``: every binding).
+    """
+
+    name: str
+    pre_call: PreCall | None = field(default=None, repr=False)
+    post_call: PostCall | None = field(default=None, repr=False)
+    order: int = 0
+    match: str = "*"
+
+    def __post_init__(self) -> None:
+        if self.pre_call is None and self.post_call is None:
+            raise ValueError(f"hook {self.name!r} has neither pre_call nor post_call")
+        if not _MATCH.match(self.match):
+            raise ValueError(f"hook {self.name!r}: match a binding name or a 'prefix*'")
+
+    def matches(self, binding_name: str) -> bool:
+        if self.match[-1:] == "*":
+            return binding_name.startswith(self.match[:-1])
+        return binding_name == self.match

@@ -1,0 +1,393 @@
+"""The registry: the single source of truth for what a mod may call.
+
+A :class:`Registry` holds bindings, hooks and query sources. :meth:`Registry.mod` turns it
+into one mod's API (:class:`ModApi`): the host functions its permissions grant, each of
+which validates, asks, runs hooks, calls and converts, in that order.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from .._errors import BindingError, ConfigError
+from ..sandbox import Budget, HostCall, Sandbox
+from ._binding import Binding
+from ._hooks import CallInfo, Hook, Veto
+from ._permissions import Decision, Permissions, Risk
+from ._query import QueryRunner, QuerySource, query_binding
+from ._scope import Scope
+
+__all__ = ["Answer", "ApprovalRequest", "Approver", "ModApi", "Registry"]
+
+log = logging.getLogger("moonbox.bindings")
+
+DEFAULT_APPROVAL_TIMEOUT_S = 10.0
+
+
+class Answer(enum.Enum):
+    """An approver's answer; ``True``/``False`` mean ``ALLOW``/``DENY``."""
+
+    ALLOW = "allow"
+    DENY = "deny"
+    ALLOW_ALWAYS = "allow_always"  # for the rest of this mod's life (until ModApi.close)
+    DENY_ALWAYS = "deny_always"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """What an approver is asked: may ``mod`` call ``binding`` with ``args``?"""
+
+    mod: str
+    binding: str
+    risk: Risk
+    args: dict[str, Any]
+
+
+Approver = Callable[[ApprovalRequest], "bool | Answer"]
+
+
+class Registry:
+    """Bindings, hooks and query sources, by name.
+
+    Args:
+        bindings: registered at creation (for example :func:`default_bindings`).
+        clock: monotonic seconds, for the query cache (injectable for tests).
+        max_host_threads: threads that run approvers and query reads with a timeout.
+
+    A registry always holds the ``query`` binding (risk ``read``), through which mods read
+    the registered query sources.
+    """
+
+    def __init__(
+        self,
+        bindings: Iterable[Binding] = (),
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_host_threads: int = 8,
+    ) -> None:
+        self._bindings: dict[str, Binding] = {}
+        self._hooks: list[tuple[int, int, Hook]] = []
+        self._hook_seq = 0
+        self._version = 0  # bumped on every change of hooks
+        self._lock = threading.RLock()
+        self._executor = ThreadPoolExecutor(max_host_threads, thread_name_prefix="moonbox-host")
+        self.queries = QueryRunner(self._executor, clock)
+        self._install(query_binding(self.queries))
+        for binding in bindings:
+            self.register(binding)
+
+    # -- bindings ------------------------------------------------------------------------
+
+    def register(self, binding: Binding, *, scope: Scope | None = None) -> Binding:
+        """Add a binding (until ``scope`` closes, if given).
+
+        Raises:
+            ConfigError: a binding of that name exists.
+            ScopeClosed: ``scope`` is closed (nothing is installed).
+        """
+        if scope is not None:
+            return scope.register(binding)
+        self._install(binding)
+        return binding
+
+    def binding(
+        self,
+        name: str,
+        args: type[BaseModel],
+        *,
+        result: type[BaseModel] | None = None,
+        risk: Risk = "read",
+        group: str = "general",
+        cost: int = 1,
+        description: str = "",
+        explain_denial: bool = False,
+        scope: Scope | None = None,
+    ) -> Callable[[Callable[[HostCall, Any], Any]], Binding]:
+        """Decorator form of :meth:`register`: ``@registry.binding("spawn", SpawnArgs)``."""
+
+        def decorate(fn: Callable[[HostCall, Any], Any]) -> Binding:
+            doc = description or (fn.__doc__ or "").strip().split("\n")[0]
+            return self.register(
+                Binding(name, args, fn, result=result, risk=risk, group=group, cost=cost,
+                        description=doc, explain_denial=explain_denial),
+                scope=scope,
+            )
+
+        return decorate
+
+    def unregister(self, name: str) -> None:
+        """Remove a binding. Mods that hold it get ``unavailable`` when they call it.
+
+        Raises:
+            KeyError: no binding has that name.
+        """
+        with self._lock:
+            self._uninstall(self._bindings[name])
+
+    def _install(self, binding: Binding) -> None:
+        if not isinstance(binding, Binding):
+            raise ConfigError(f"not a Binding: {binding!r}")
+        with self._lock:
+            if binding.name in self._bindings:
+                raise ConfigError(f"a binding named {binding.name!r} is already registered")
+            self._bindings[binding.name] = binding
+
+    def _uninstall(self, binding: Binding) -> None:
+        with self._lock:
+            if self._bindings.get(binding.name) is binding:
+                del self._bindings[binding.name]
+
+    def get(self, name: str) -> Binding | None:
+        return self._bindings.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._bindings
+
+    def __iter__(self) -> Iterator[Binding]:
+        return iter(sorted(self._bindings.values(), key=lambda b: b.name))
+
+    def __len__(self) -> int:
+        return len(self._bindings)
+
+    def granted(self, permissions: Permissions) -> list[tuple[Binding, Decision]]:
+        """Every binding with its decision under ``permissions``, by name."""
+        return [(b, permissions.decide(b.name, b.risk)) for b in self]
+
+    # -- hooks ---------------------------------------------------------------------------
+
+    def add_hook(self, hook: Hook, *, scope: Scope | None = None) -> Hook:
+        """Add a hook (until ``scope`` closes, if given)."""
+        if scope is not None:
+            return scope.add_hook(hook)
+        self._install_hook(hook)
+        return hook
+
+    def remove_hook(self, hook: Hook) -> None:
+        self._uninstall_hook(hook)
+
+    def _install_hook(self, hook: Hook) -> None:
+        if not isinstance(hook, Hook):
+            raise ConfigError(f"not a Hook: {hook!r}")
+        with self._lock:
+            self._hook_seq += 1
+            self._hooks.append((hook.order, self._hook_seq, hook))
+            self._hooks.sort(key=lambda entry: entry[:2])
+            self._version += 1
+
+    def _uninstall_hook(self, hook: Hook) -> None:
+        with self._lock:
+            self._hooks = [entry for entry in self._hooks if entry[2] is not hook]
+            self._version += 1
+
+    def hooks_for(self, name: str) -> tuple[tuple[Hook, ...], tuple[Hook, ...]]:
+        """The pre_call and post_call hooks for binding ``name``, in order."""
+        hooks = [h for _, _, h in self._hooks if h.matches(name)]
+        return (tuple(h for h in hooks if h.pre_call is not None),
+                tuple(h for h in hooks if h.post_call is not None))
+
+    # -- query sources -------------------------------------------------------------------
+
+    def add_source(self, source: QuerySource, *, scope: Scope | None = None) -> QuerySource:
+        """Add a read-only query source (until ``scope`` closes, if given)."""
+        if scope is not None:
+            return scope.add_source(source)
+        self._install_source(source)
+        return source
+
+    def _install_source(self, source: QuerySource) -> None:
+        self.queries.install(source)
+
+    def _uninstall_source(self, source: QuerySource) -> None:
+        self.queries.uninstall(source)
+
+    # -- scopes and mods -----------------------------------------------------------------
+
+    def scope(self, name: str) -> Scope:
+        """A new scope: what is added through it is released together."""
+        return Scope(self, name)
+
+    def mod(
+        self,
+        mod_id: str,
+        permissions: Permissions | None = None,
+        *,
+        access: Any = None,
+        approve: Approver | None = None,
+        approval_timeout_s: float = DEFAULT_APPROVAL_TIMEOUT_S,
+    ) -> ModApi:
+        """One mod's API: the host functions ``permissions`` grant, and the mod's scope.
+
+        Args:
+            mod_id: the mod's id (hooks, approvers and queries see it).
+            permissions: defaults to ``Permissions()`` (mode ``auto``).
+            access: what the host captured about the mod when it was loaded (its owner,
+                role...); query sources authorize against it.
+            approve: asked for bindings whose decision is ``ask``; none: they are denied.
+            approval_timeout_s: no answer within this time denies. The wait does not count
+                against the mod's wall budget (at most this long per resume).
+        """
+        return ModApi(self, mod_id, permissions or Permissions(), access, approve,
+                      approval_timeout_s)
+
+    def close(self) -> None:
+        """Stop the host threads (waits for none of them)."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class ModApi:
+    """One mod's view of a registry: its host functions and its scope.
+
+    ``host_functions`` are what a :class:`Sandbox` takes; the set is fixed when the
+    ModApi is made (a binding registered later is not in it; one unregistered later fails
+    with ``unavailable``). :meth:`close` releases the mod's scope.
+    """
+
+    def __init__(
+        self,
+        registry: Registry,
+        mod_id: str,
+        permissions: Permissions,
+        access: Any,
+        approve: Approver | None,
+        approval_timeout_s: float,
+    ) -> None:
+        if approval_timeout_s <= 0:
+            raise ConfigError("approval_timeout_s must be positive")
+        self.registry = registry
+        self.mod_id = mod_id
+        self.permissions = permissions
+        self.access = access
+        self.approve = approve
+        self.approval_timeout_s = approval_timeout_s
+        self.scope = registry.scope(f"mod {mod_id}")
+        self._remembered: dict[str, bool] = {}
+        functions: list[_ModFunction | _DeniedFunction] = []
+        for binding, decision in registry.granted(permissions):
+            if decision == "deny":
+                if binding.explain_denial:
+                    functions.append(_DeniedFunction(binding, mod_id))
+                continue
+            functions.append(_ModFunction(self, binding, decision == "ask"))
+        self.host_functions: tuple[_ModFunction | _DeniedFunction, ...] = tuple(functions)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names the mod sees."""
+        return tuple(f.name for f in self.host_functions)
+
+    def sandbox(self, budget: Budget | None = None, **options: Any) -> Sandbox:
+        """A sandbox with this mod's host functions (other options as :class:`Sandbox`)."""
+        return Sandbox(budget, host_functions=self.host_functions, **options)
+
+    def close(self) -> None:
+        """Release the mod's scope (its registrations, hooks, sources, cleanups). Idempotent."""
+        self.scope.close()
+
+    def __enter__(self) -> ModApi:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _ask(self, binding: Binding, args: BaseModel, call: HostCall) -> None:
+        remembered = self._remembered.get(binding.name)
+        if remembered is not None:
+            if remembered:
+                return
+            raise BindingError("not approved for this mod [not_approved]", reason="not_approved")
+        if self.approve is None:
+            raise BindingError("needs approval and the host has no approver [not_approved]",
+                               reason="not_approved")
+        request = ApprovalRequest(self.mod_id, binding.name, binding.risk,
+                                  args.model_dump(mode="json"))
+        try:
+            with call.excluded_time(self.approval_timeout_s):
+                future = self.registry._executor.submit(self.approve, request)
+                answer = future.result(timeout=self.approval_timeout_s)
+        except FutureTimeout:
+            future.cancel()
+            raise BindingError(
+                f"no approval within {self.approval_timeout_s:g} s [approval_timed_out]",
+                reason="approval_timed_out",
+            ) from None
+        except Exception:
+            log.exception("approver of mod %r failed on %r", self.mod_id, binding.name)
+            answer = Answer.DENY
+        if answer is Answer.ALLOW_ALWAYS:
+            self._remembered[binding.name] = True
+        elif answer is Answer.DENY_ALWAYS:
+            self._remembered[binding.name] = False
+        if answer is True or answer is Answer.ALLOW or answer is Answer.ALLOW_ALWAYS:
+            return
+        raise BindingError("not approved for this mod [not_approved]", reason="not_approved")
+
+
+class _ModFunction:
+    """A binding as one mod calls it: availability, validation, approval, hooks, result."""
+
+    __slots__ = ("name", "cost", "binding", "_api", "_ask", "_version", "_pre", "_post")
+
+    def __init__(self, api: ModApi, binding: Binding, ask: bool) -> None:
+        self.name = binding.name
+        self.cost = binding.cost
+        self.binding = binding
+        self._api = api
+        self._ask = ask
+        self._version = -1
+        self._pre: tuple[Hook, ...] = ()
+        self._post: tuple[Hook, ...] = ()
+
+    def __call__(self, call: HostCall, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        binding = self.binding
+        registry = self._api.registry
+        if registry._bindings.get(self.name) is not binding:
+            raise BindingError("is no longer available [unavailable]", reason="unavailable")
+        call.mod = self._api
+        model = binding.validate(args)
+        if self._ask:
+            self._api._ask(binding, model, call)
+        if self._version != registry._version:
+            self._pre, self._post = registry.hooks_for(self.name)
+            self._version = registry._version
+        if not self._pre and not self._post:  # the common case
+            return binding.results(binding.fn(call, model))
+        info = CallInfo(self._api.mod_id, binding, model, call)
+        for hook in self._pre:
+            try:
+                verdict = hook.pre_call(info)  # type: ignore[misc]
+            except Exception:
+                log.exception("pre_call hook %r failed on %r; skipped", hook.name, self.name)
+                continue
+            if isinstance(verdict, Veto):
+                raise BindingError(f"{verdict.reason} [vetoed]", reason="vetoed")
+        result = binding.fn(call, model)
+        for hook in self._post:
+            try:
+                result = hook.post_call(info, result)  # type: ignore[misc]
+            except Exception:
+                log.exception("post_call hook %r failed on %r; skipped", hook.name, self.name)
+        return binding.results(result)
+
+
+class _DeniedFunction:
+    """A denied binding the host chose to explain: every call fails with the reason."""
+
+    __slots__ = ("name", "cost", "_message")
+
+    def __init__(self, binding: Binding, mod_id: str) -> None:
+        self.name = binding.name
+        self.cost = binding.cost
+        self._message = f"denied by the permissions of mod {mod_id!r} [denied]"
+
+    def __call__(self, call: HostCall, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        raise BindingError(self._message, reason="denied")

@@ -1,0 +1,97 @@
+"""Scopes: own registrations, hooks and cleanups, and release them all at once."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .._errors import ConfigError
+
+if TYPE_CHECKING:
+    from ._binding import Binding
+    from ._hooks import Hook
+    from ._query import QuerySource
+    from ._registry import Registry
+
+__all__ = ["Scope", "ScopeClosed"]
+
+log = logging.getLogger("moonbox.bindings")
+
+
+class ScopeClosed(ConfigError):
+    """Something was added to a scope that was already released."""
+
+
+class Scope:
+    """Registrations, hooks, query sources and cleanups released together, once.
+
+    Release runs in reverse order of addition; a cleanup that raises is logged and the
+    rest still run. Adding to a closed scope raises :class:`ScopeClosed` and installs
+    nothing. Create with :meth:`Registry.scope`; a mod's scope is released when the mod
+    unloads (:meth:`ModApi.close`).
+    """
+
+    def __init__(self, registry: Registry, name: str) -> None:
+        self.registry = registry
+        self.name = name
+        self._cleanups: list[tuple[str, Callable[[], object]]] = []
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check(self, what: str) -> None:
+        if self._closed:
+            raise ScopeClosed(f"scope {self.name!r} is closed: cannot add {what}")
+
+    def register(self, binding: Binding) -> Binding:
+        """Register ``binding`` in the registry until this scope closes."""
+        self._check(f"binding {binding.name!r}")
+        self.registry._install(binding)
+        self._cleanups.append((f"binding {binding.name}",
+                               lambda: self.registry._uninstall(binding)))
+        return binding
+
+    def add_hook(self, hook: Hook) -> Hook:
+        """Add ``hook`` to the registry until this scope closes."""
+        self._check(f"hook {hook.name!r}")
+        self.registry._install_hook(hook)
+        self._cleanups.append((f"hook {hook.name}", lambda: self.registry._uninstall_hook(hook)))
+        return hook
+
+    def add_source(self, source: QuerySource) -> QuerySource:
+        """Add a read-only query source until this scope closes."""
+        self._check(f"query source {source.name!r}")
+        self.registry._install_source(source)
+        self._cleanups.append((f"source {source.name}",
+                               lambda: self.registry._uninstall_source(source)))
+        return source
+
+    def defer(self, cleanup: Callable[[], object], name: str = "cleanup") -> None:
+        """Run ``cleanup`` when the scope closes (in reverse order of addition)."""
+        self._check(name)
+        self._cleanups.append((name, cleanup))
+
+    def close(self) -> None:
+        """Release everything, in reverse order, once. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        cleanups, self._cleanups = self._cleanups, []
+        for name, cleanup in reversed(cleanups):
+            try:
+                cleanup()
+            except Exception:
+                log.exception("scope %r: releasing %s failed", self.name, name)
+
+    def __enter__(self) -> Scope:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._cleanups)} held"
+        return f"<Scope {self.name!r} {state}>"
