@@ -107,6 +107,7 @@ class Binding:
         object.__setattr__(self, "_fields", fields)
         object.__setattr__(self, "_field_set", frozenset(fields))
         object.__setattr__(self, "_validate", self.args.__pydantic_validator__.validate_python)
+        object.__setattr__(self, "_positional", _positional_mapper(fields))
         if self.result is not None:
             object.__setattr__(
                 self, "_validate_result", self.result.__pydantic_validator__.validate_python
@@ -121,7 +122,7 @@ class Binding:
         fields: tuple[str, ...] = self._fields  # type: ignore[attr-defined]
         n = len(args)
         if n == len(fields) and (n != 1 or type(args[0]) is not dict) and None not in args:
-            data: dict[str, Any] = dict(zip(fields, args, strict=True))  # the common case
+            data: dict[str, Any] = self._positional(args)  # type: ignore[attr-defined]
         elif n == 1 and type(args[0]) is dict and (
             len(fields) != 1 or not args[0] or args[0].keys() <= self._field_set  # type: ignore[attr-defined]
         ):
@@ -161,6 +162,16 @@ class Binding:
 
     def __call__(self, call: HostCall, args: tuple[Any, ...]) -> tuple[Any, ...]:
         return self.results(self.fn(call, self.validate(args)))
+
+
+def _positional_mapper(fields: tuple[str, ...]) -> Callable[[tuple[Any, ...]], dict[str, Any]]:
+    # Maps a full tuple of positional arguments onto the fields: a dict display compiled
+    # once per binding, several times faster than dict(zip(...)) on the call path. Field
+    # names are Python identifiers (pydantic's rule), so their repr is a safe literal.
+    if not all(name.isidentifier() for name in fields):
+        return lambda args: dict(zip(fields, args, strict=True))
+    items = ", ".join(f"{name!r}: args[{i}]" for i, name in enumerate(fields))
+    return eval(f"lambda args: {{{items}}}", {})  # noqa: S307 - built from identifiers only
 
 
 def _explain(exc: ValidationError) -> str:

@@ -348,19 +348,24 @@ class _ModFunction:
         self._post: tuple[Hook, ...] = ()
 
     def __call__(self, call: HostCall, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        # The hot path of every binding call of every mod: kept flat on purpose.
         binding = self.binding
-        registry = self._api.registry
+        api = self._api
+        registry = api.registry
         if registry._bindings.get(self.name) is not binding:
             raise BindingError("is no longer available [unavailable]", reason="unavailable")
-        call.mod = self._api
+        call.mod = api
         model = binding.validate(args)
         if self._ask:
-            self._api._ask(binding, model, call)
+            api._ask(binding, model, call)
         if self._version != registry._version:
             self._pre, self._post = registry.hooks_for(self.name)
             self._version = registry._version
         if not self._pre and not self._post:  # the common case
-            return binding.results(binding.fn(call, model))
+            result = binding.fn(call, model)
+            if binding.result is None and type(result) is not tuple:
+                return () if result is None else (result,)
+            return binding.results(result)
         info = CallInfo(self._api.mod_id, binding, model, call)
         for hook in self._pre:
             try:

@@ -843,7 +843,22 @@ class Sandbox:
         call.name = hf.name
         call.mod = None
         try:
-            return self._call_host(hf, call, args)
+            # The hot path of every binding call: kept flat on purpose.
+            for value in args:
+                if value is not None and type(value) not in _SCALARS:
+                    args = self._plain_arguments(args)
+                    break
+            result = hf(call, args)
+            if not result:
+                return _OK
+            if len(result) == 1:  # the common case: one number, boolean or nil
+                value = result[0]
+                kind = type(value)
+                if value is None or kind is float or kind is bool or (
+                    kind is int and -_MAX_EXACT_INT <= value <= _MAX_EXACT_INT
+                ):
+                    return (True, value)
+            return self._results(result)
         except BindingError as exc:
             message = f"{hf.name}: {exc}"
             if exc.denied and call.run is not None and len(call.run._denials) < 64:
@@ -867,19 +882,7 @@ class Sandbox:
                 # only every K steps: tell it now that the time is up.
                 self._h_expire()
 
-    def _call_host(self, hf: HostFunction, call: HostCall, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        plain = []
-        for index, value in enumerate(args, 1):
-            kind = type(value)
-            if kind is bytes:
-                plain.append(value.decode("utf-8", "replace"))
-            elif value is None or kind in _SCALARS:
-                plain.append(value)
-            else:
-                plain.append(self._argument(value, index))
-        result = hf(call, tuple(plain))
-        if not result:
-            return _OK
+    def _results(self, result: tuple[Any, ...]) -> tuple[Any, ...]:
         out: list[Any] = [True]
         for value in result:
             # Every value goes back as a Lua value: an int lupa cannot convert would come
@@ -894,6 +897,18 @@ class Sandbox:
             else:
                 out.append(self._build_table(value))
         return tuple(out)
+
+    def _plain_arguments(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        plain = []
+        for index, value in enumerate(args, 1):
+            kind = type(value)
+            if kind is bytes:
+                plain.append(value.decode("utf-8", "replace"))
+            elif value is None or kind in _SCALARS:
+                plain.append(value)
+            else:
+                plain.append(self._argument(value, index))
+        return tuple(plain)
 
     def _build_table(self, value: Any) -> Any:
         # Building tables allocates through lupa's unprotected API: the host's work gets the
