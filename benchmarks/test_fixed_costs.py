@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from moonbox import Sandbox
-from moonbox._bench import MODES, Mode, Runner, new_runtime
+from moonbox._bench import MODES, Mode, Runner, make_bare_runner, new_runtime
 
 CALLS = 1_000
 
@@ -36,6 +36,20 @@ def test_binding_call(benchmark: Any, runners: Callable[..., Runner], mode: Mode
     run = runners("binding_loop", mode)
     run(CALLS, call)
     assert benchmark(run, CALLS, call) == CALLS
+
+
+@pytest.mark.parametrize("call", [False, True], ids=["empty-loop", "add-loop"])
+def test_bare_callback(benchmark: Any, call: bool) -> None:
+    """The same loops in raw LuaJIT where ``add`` is a bare lupa callback (no validation):
+    the baseline of the binding round trip (target: the metered add-loop minus the
+    empty loop, per call, at most 3x this one's)."""
+    benchmark.group = f"{CALLS} iterations, with and without add()"
+    run = make_bare_runner("binding_loop")
+    try:
+        run(CALLS, call)
+        assert benchmark(run, CALLS, call) == CALLS
+    finally:
+        run.close()
 
 
 @pytest.mark.parametrize("mode", MODES)

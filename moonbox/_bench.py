@@ -34,8 +34,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ._errors import HostError, MoonboxError
+from .bindings import Registry, default_bindings
 from .bindings import add as add_binding
-from .bindings import default_bindings
 from .sandbox import Budget, HostCall, Sandbox
 
 __all__ = [
@@ -47,6 +47,8 @@ __all__ = [
     "Mode",
     "Runner",
     "Workload",
+    "bench_functions",
+    "make_bare_runner",
     "make_idle_runner",
     "make_runner",
     "new_runtime",
@@ -72,6 +74,8 @@ TARGET_GEOMEAN = 1.3
 TARGET_WORKLOAD = 1.8
 TARGET_CREATE_US = 1000.0
 TARGET_RESUME_US = 5.0
+# Target of issue 4: a Lua→binding→Lua round trip against a bare lupa callback.
+TARGET_BINDING_RATIO = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,9 +156,26 @@ class _RawRunner:
         self._fn = self._rt = None
 
 
+def _bare_add(a: Any, b: Any) -> Any:
+    return a + b
+
+
+
+
+_REGISTRY: Registry | None = None
+
+
+def bench_functions() -> tuple[Any, ...]:
+    """The default bindings as a mod gets them: through a registry, mode ``auto``."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        _REGISTRY = Registry(default_bindings())
+    return _REGISTRY.mod("bench").host_functions
+
+
 class _SandboxRunner:
     def __init__(self, source: str, chunk: str, *, jit: bool) -> None:
-        self.sandbox = Sandbox(BENCH_BUDGET, jit=jit, host_functions=default_bindings())
+        self.sandbox = Sandbox(BENCH_BUDGET, jit=jit, host_functions=bench_functions())
         self._chunk = self.sandbox.load(source, chunk)
 
     def __call__(self, *args: Any) -> Any:
@@ -176,11 +197,19 @@ def make_runner(workload: Workload | str, mode: Mode) -> Runner:
     return _SandboxRunner(workload_source(name), _chunk(name), jit=mode == "metered")
 
 
+def make_bare_runner(name: str) -> Runner:
+    """``_bench_workloads/<name>.lua`` in raw LuaJIT where ``add`` is a bare lupa callback
+    (``lambda a, b: a + b``: no validation, no dispatcher): the baseline of issue 4."""
+    runner = _RawRunner(workload_source(name))
+    runner._rt.globals()["add"] = _bare_add
+    return runner
+
+
 def new_runtime(mode: Mode) -> Any:
     """A fresh runtime: raw LuaJIT, or a sandbox with the default budget and bindings."""
     if mode == "raw":
         return raw_luajit()
-    return Sandbox(host_functions=default_bindings(), jit=mode == "metered")
+    return Sandbox(host_functions=bench_functions(), jit=mode == "metered")
 
 
 class _RawIdle:
@@ -346,9 +375,14 @@ def _fixed_costs(stack: ExitStack, quick: bool, rounds: int) -> dict[str, dict[M
         samplers["create_us", mode] = _create_sampler(mode, 10)
         samplers["binding_call_us", mode] = _call_sampler(loop, calls)
         samplers["resume_us", mode] = _resume_sampler(idle, 1_000)
+    bare = _opened(stack, make_bare_runner("binding_loop"))
+    bare(calls, True)
+    samplers["bare_callback_us", "raw"] = _call_sampler(bare, calls)
     samples = _interleaved(samplers, rounds)
-    return {cost: {mode: statistics.median(samples[cost, mode]) * 1e6 for mode in MODES}
-            for cost in COSTS}
+    costs = {cost: {mode: statistics.median(samples[cost, mode]) * 1e6 for mode in MODES}
+             for cost in COSTS}
+    costs["bare_callback_us"] = {"raw": statistics.median(samples["bare_callback_us", "raw"]) * 1e6}
+    return costs
 
 
 TRIP_WALL_S = 0.1
@@ -413,6 +447,9 @@ def _measure(quick: bool) -> dict[str, Any]:
                 TARGET_WORKLOAD, "x"),
         _Target("sandbox creation", costs["create_us"]["metered"], TARGET_CREATE_US, "µs"),
         _Target("one budgeted resume", costs["resume_us"]["metered"], TARGET_RESUME_US, "µs"),
+        _Target("add() round trip / bare lupa callback",
+                costs["binding_call_us"]["metered"] / costs["bare_callback_us"]["raw"],
+                TARGET_BINDING_RATIO, "x"),
         _Target("time trip past wall_s (worst, metered)", margins["metered"]["max_ms"],
                 TARGET_TRIP_MARGIN_MS, "ms"),
     ]
@@ -501,12 +538,14 @@ def _render(report: dict[str, Any], console: Console) -> None:
     labels = ("create a runtime", "call add() from Lua", "resume a yielding handler")
     for key, label in zip(COSTS, labels, strict=True):
         fixed.add_row(label, *(f"{costs[key][m]:.2f}" for m in MODES))
+    fixed.caption = (f"a bare lupa callback (no validation): "
+                     f"{costs['bare_callback_us']['raw']:.2f} µs per call")
     console.print(fixed)
     trips = ", ".join(f"{mode} median {m['median_ms']:.1f} ms, worst {m['max_ms']:.1f} ms"
                       for mode, m in report["trip_margins"].items())
     console.print(f"Time trips past wall_s={TRIP_WALL_S:g} s ({', '.join(TRIP_LOOPS)}): {trips}")
 
-    targets = Table(title="Targets (issue 2)")
+    targets = Table(title="Targets")
     for header in ("target", "measured", "limit", ""):
         targets.add_column(header, justify="left" if header == "target" else "right")
     for t in report["targets"]:

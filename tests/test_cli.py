@@ -157,6 +157,9 @@ def test_bench_quick_json_reports_every_figure():
     }
     for w in report["workloads"]:
         assert w["raw_ms"] > 0 and w["metered_ratio"] > 0 and w["nojit_ratio"] > 0
-    assert set(report["costs"]) == {"create_us", "binding_call_us", "resume_us"}
+    assert set(report["costs"]) == {"create_us", "binding_call_us", "resume_us",
+                                    "bare_callback_us"}
+    assert report["costs"]["bare_callback_us"]["raw"] > 0
     assert set(report["trip_margins"]) == {"metered", "nojit"}
-    assert len(report["targets"]) == 5
+    assert [t["name"] for t in report["targets"]][-2] == "add() round trip / bare lupa callback"
+    assert len(report["targets"]) == 6
