@@ -8,7 +8,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 
-from .bindings import default_bindings
+from pydantic import BaseModel
+
+from .bindings import Binding, LuaNumber, Permissions, Registry, default_bindings
 from .sandbox import Budget, Outcome, Run, Sandbox
 from .sandbox._marshal import format_value
 
@@ -52,6 +54,26 @@ def _tick_until_done(sandbox: Sandbox, name: str) -> tuple[Outcome, Run]:
     return Outcome(last.status, last.values, last.error, tuple(run.reports), run.stats), run
 
 
+class _SpawnArgs(BaseModel):
+    prefab: str
+    x: LuaNumber = 0.0
+    y: LuaNumber = 0.0
+
+
+class _NoArgs(BaseModel):
+    pass
+
+
+def _demo_registry() -> Registry:
+    registry = Registry(default_bindings())
+    registry.register(Binding("spawn", _SpawnArgs, lambda call, args: args.prefab, risk="write",
+                              group="world", explain_denial=True,
+                              description="Spawn a prefab at x, y."))
+    registry.register(Binding("nuke", _NoArgs, lambda call, args: None, risk="danger",
+                              description="Remove everything."))
+    return registry
+
+
 def run_demo(console: Console) -> int:
     console.print(Panel.fit(
         "[bold]moonbox[/] runs untrusted Lua mods on LuaJIT [bold]with the JIT on[/],\n"
@@ -91,6 +113,13 @@ def run_demo(console: Console) -> int:
         outcome, run = _tick_until_done(sb, "crunch.lua")
         _show(console, "7. Preemption: a big job spread over ticks", "crunch.lua", outcome,
               f"Paused at each 500,000-step slice and resumed: {run.resumes} slices.")
+
+    registry = _demo_registry()
+    with registry.mod("demo", Permissions(mode="readonly")).sandbox(small) as sb:
+        _show(console, "8. Permissions: a read-only mod", "permissions.lua",
+              _run(sb, "permissions.lua"),
+              "The registry builds each mod's environment from what its permissions grant.")
+    registry.close()
 
     console.print("\nTry your own: [bold]moonbox run FILE.lua[/] (see --help).")
     return 0
