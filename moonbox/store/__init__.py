@@ -10,6 +10,8 @@ The store stands alone: it imports nothing of the sandbox or the bindings.
 :func:`store_bindings` (in ``_mod_api``, which imports the bindings) is the mod API over it.
 """
 
+from typing import TYPE_CHECKING
+
 from ._errors import StoreError, StoreErrorCode
 from ._exchange import EXPORT_FORMAT, EXPORT_FORMAT_VERSION
 from ._model import KEY_MAX_CHARS, KeyInfo, Kind, Outcome, Revision, RevisionRef
@@ -22,6 +24,9 @@ from ._store import (
     ScriptVersions,
     Store,
 )
+
+if TYPE_CHECKING:
+    from ._mod_api import store_bindings
 
 __all__ = [
     "DEFAULT_MAX_REVISIONS",
@@ -41,4 +46,15 @@ __all__ = [
     "StoreError",
     "StoreErrorCode",
     "apply_overlay",
+    "store_bindings",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # Imported on first use: the store runs without the bindings, and a bindings module
+    # may import the store without a cycle.
+    if name == "store_bindings":
+        from ._mod_api import store_bindings
+
+        return store_bindings
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
