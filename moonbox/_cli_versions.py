@@ -90,7 +90,7 @@ def _opened(store_path: Path, as_json: bool, *, create: bool = False) -> Iterato
 
 
 def _console() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+    return Console(highlight=False)
 
 
 def _when(t: float) -> str:
@@ -157,11 +157,11 @@ def show(key: str, rev: RevisionRef | None, store_path: Path, kind: Kind, as_jso
     console = _console()
     console.print(_info_line(info))
     table = Table(box=box.SIMPLE_HEAD)
-    for column in ("rev", "", "outcome", "recorded", "sha256", "author", "role", "trace",
-                   "error"):
-        table.add_column(column, justify="right" if column == "rev" else "left",
-                         no_wrap=True,
-                         overflow="ellipsis")
+    fixed = {"rev": 3, "": 2, "outcome": 7, "recorded": 16, "sha256": 8, "author": 6,
+             "role": 6, "trace": 6, "error": 8}
+    for column in fixed:
+        table.add_column(column, justify="right" if column == "rev" else "left", no_wrap=True,
+                         min_width=fixed.get(column), overflow="ellipsis")
     for r in history:
         marks = "".join(name[0].upper() for name, on in _marks(r, info).items() if on)
         outcome = "[green]ok[/]" if r.outcome == "ok" else "[red]failed[/]"

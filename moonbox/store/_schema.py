@@ -122,6 +122,8 @@ def connect(path: Path, *, create: bool, durable: bool, busy_timeout_s: float) -
         conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
     except sqlite3.DatabaseError as exc:
         conn.close()
+        if exc.sqlite_errorname != "SQLITE_NOTADB":
+            raise
         raise StoreError(f"{path} is not a versions store ({exc}); check the path",
                          code="not_a_store") from None
     return conn

@@ -92,6 +92,8 @@ class Store:
             self.schema_version = open_schema(conn, self.path)
         except sqlite3.DatabaseError as exc:
             conn.close()
+            if exc.sqlite_errorname != "SQLITE_NOTADB":
+                raise
             raise StoreError(f"{self.path} is not a versions store ({exc}); check the path",
                              code="not_a_store") from None
         except BaseException:
