@@ -294,7 +294,7 @@ def import_(path: Path, replace: bool, store_path: Path, as_json: bool) -> None:
     with _opened(store_path, as_json, create=True) as store:
         if str(path) == "-":
             try:
-                data = json.loads(click.get_text_stream("stdin").read())
+                data = json.loads(sys.stdin.read())
             except ValueError as exc:
                 raise StoreError(f"cannot read the export from stdin: {exc}",
                                  code="invalid_export") from None
