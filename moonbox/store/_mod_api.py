@@ -94,7 +94,7 @@ def _kind_bindings(versions: ScriptVersions | DataOverlays, prefix: str) -> list
     def visible(key: str) -> str:
         if not key.startswith(prefix):
             # Indistinguishable from a key that does not exist: no probing outside the scope.
-            raise BindingError(f"no {kind} key {key!r} in the store", reason="unknown_key")
+            raise BindingError(versions._unknown_key(key).message, reason="unknown_key")
         return key
 
     def get_current(call: HostCall, args: KeyArgs) -> dict[str, Any]:
