@@ -241,7 +241,6 @@ class _Versions:
     """The operations both kinds share; :class:`ScriptVersions` and :class:`DataOverlays`."""
 
     kind: Kind
-    _noun = "key"
 
     def __init__(self, store: Store) -> None:
         self._store = store
