@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import __version__
+from ._cli_versions import versions
 from ._errors import MoonboxError, ScriptError
 from .bindings import default_bindings
 from .sandbox import Budget, Outcome, Sandbox, parse_size
@@ -182,6 +183,9 @@ def bench(quick: bool, as_json: bool) -> None:
     from ._bench import run_bench
 
     sys.exit(run_bench(Console(highlight=False, soft_wrap=True), quick=quick, as_json=as_json))
+
+
+cli.add_command(versions)
 
 
 def main() -> None:

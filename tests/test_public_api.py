@@ -5,6 +5,7 @@ from __future__ import annotations
 import moonbox
 import moonbox.bindings
 import moonbox.sandbox
+import moonbox.store
 
 
 def test_top_level_names():
@@ -32,9 +33,19 @@ def test_subpackage_names():
         "ScopeClosed", "Veto", "add", "default_bindings", "report",
     ]
 
+    assert moonbox.store.__all__ == [
+        "DEFAULT_MAX_REVISIONS", "EXPORT_FORMAT", "EXPORT_FORMAT_VERSION", "KEY_MAX_CHARS",
+        "MIN_MAX_REVISIONS", "SCHEMA_VERSION", "DataOverlays", "KeyInfo", "Kind", "Outcome",
+        "Revision", "RevisionRef", "ScriptVersions", "Store", "StoreError", "StoreErrorCode",
+        "apply_overlay", "store_bindings",
+    ]
+    for name in moonbox.store.__all__:
+        assert hasattr(moonbox.store, name)
+
 
 def test_one_exception_tree():
     for name in ("BindingError", "BudgetExceeded", "ConfigError", "HostError",
                  "SandboxClosed", "ScriptError"):
         assert issubclass(getattr(moonbox, name), moonbox.MoonboxError)
     assert issubclass(moonbox.BudgetExceeded, moonbox.ScriptError)
+    assert issubclass(moonbox.store.StoreError, moonbox.MoonboxError)

@@ -1,0 +1,163 @@
+"""``moonbox versions``: every subcommand, readable and --json, errors and exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from pydantic import BaseModel
+
+from moonbox._cli_versions import DEFAULT_STORE, STORE_ENV
+from moonbox.cli import cli
+from moonbox.store import Store
+
+
+class Balance(BaseModel):
+    hp: int
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "game.db"
+    with Store(path) as s:
+        s.scripts.record_success("waves:main", "local x = 1\nreturn x\n", author="human")
+        s.scripts.record_failure("waves:main", "return (\n", error="syntax error\nnear (",
+                                 role="programmer", trace_id="t-1")
+        s.scripts.record_success("waves:main", "local x = 2\nreturn x\n", role="programmer")
+        s.scripts.record_success("loot:main", "return 1\n")
+        s.data.register("balance", Balance, {"hp": 1})
+        s.data.record_success("balance", {"hp": 5})
+    return path
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, ["versions", *args], env=env)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def run_json(*args: str) -> object:
+    code, out, err = run(*args, "--json")
+    assert code == 0, (out, err)
+    return json.loads(out)
+
+
+def test_list(db):
+    code, out, _ = run("list", "--store", str(db))
+    assert code == 0 and "3 keys in" in out
+    assert "waves:main" in out and "balance" in out and "loot:main" in out
+    data = run_json("list", "--store", str(db))
+    assert [(k["kind"], k["key"], k["current"]) for k in data["keys"]] == [
+        ("data", "balance", 2), ("script", "loot:main", 1), ("script", "waves:main", 3)]
+    assert [k["key"] for k in run_json("list", "--store", str(db), "--kind", "script",
+                                       "--prefix", "wa")["keys"]] == ["waves:main"]
+
+
+def test_store_from_the_environment_and_default(db, tmp_path, monkeypatch):
+    code, out, _ = run("list", env={STORE_ENV: str(db)})
+    assert code == 0 and "waves:main" in out
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run("list")
+    assert code == 1 and DEFAULT_STORE in err and "no versions store" in err
+    assert not (tmp_path / DEFAULT_STORE).exists()
+
+
+def test_show_history_and_revision(db):
+    code, out, _ = run("show", "waves:main", "--store", str(db))
+    assert code == 0 and "original 1 (O), current 3 (C)" in out and "failed" in out
+    data = run_json("show", "waves:main", "--store", str(db))
+    assert data["key"]["current"] == 3
+    assert [(r["rev"], r["outcome"], r["current"], r["original"]) for r in data["revisions"]] == [
+        (3, "ok", True, False), (2, "failed", False, False), (1, "ok", False, True)]
+    code, out, _ = run("show", "waves:main", "2", "--store", str(db))
+    assert code == 0
+    assert out.endswith("# error: syntax error\n# error: near (\nreturn (\n")
+    assert "trace t-1" in out
+    rev = run_json("show", "waves:main", "original", "--store", str(db))
+    assert (rev["rev"], rev["source"], rev["author"], rev["original"]) == (
+        1, "local x = 1\nreturn x\n", "human", True)
+    rev = run_json("show", "balance", "current", "--kind", "data", "--store", str(db))
+    assert rev["payload"] == {"hp": 5}
+    code, out, _ = run("show", "balance", "2", "--kind", "data", "--store", str(db))
+    assert code == 0 and out.endswith('{\n  "hp": 5\n}\n')
+
+
+def test_diff(db):
+    code, out, _ = run("diff", "waves:main", "1", "--store", str(db))
+    assert code == 0
+    assert out == ("--- waves:main@1\n+++ waves:main@3\n@@ -1,2 +1,2 @@\n-local x = 1\n"
+                   "+local x = 2\n return x\n")
+    data = run_json("diff", "waves:main", "original", "2", "--store", str(db))
+    assert (data["from"], data["to"]) == (1, 2) and "+return (" in data["diff"]
+    code, out, _ = run("diff", "waves:main", "3", "--store", str(db))
+    assert code == 0 and "are the same" in out
+
+
+def test_rollback_reset_reset_all(db):
+    data = run_json("rollback", "waves:main", "1", "--store", str(db))
+    assert data["current"]["rev"] == 1 and data["key"]["current"] == 1
+    code, out, _ = run("rollback", "waves:main", "3", "--store", str(db))
+    assert code == 0 and "current is now revision 3" in out
+    data = run_json("reset", "waves:main", "--store", str(db))
+    assert data["current"]["rev"] == 1
+    run("rollback", "waves:main", "3", "--store", str(db))
+    assert run_json("reset-all", "--store", str(db), "--kind", "script") == {"changed": 1}
+    code, out, _ = run("reset-all", "--store", str(db))
+    assert code == 0 and out == "reset 1 key to their original\n"
+    with Store(db) as s:
+        assert [(i.key, i.current) for i in s.keys()] == [
+            ("balance", 1), ("loot:main", 1), ("waves:main", 1)]
+
+
+@pytest.mark.parametrize("args, code_name", [
+    (["show", "nope"], "unknown_key"),
+    (["show", "waves:main", "9"], "unknown_revision"),
+    (["rollback", "waves:main", "2"], "failed_revision"),
+    (["diff", "waves:main", "1", "99"], "unknown_revision"),
+    (["reset", "waves:main", "--kind", "data"], "unknown_key"),
+])
+def test_store_errors_exit_1(db, args, code_name):
+    code, out, err = run(*args, "--store", str(db))
+    assert code == 1 and out == "" and err.startswith("error: ")
+    code, out, _ = run(*args, "--store", str(db), "--json")
+    assert code == 1 and json.loads(out)["error"]["code"] == code_name
+
+
+@pytest.mark.parametrize("args", [
+    ["show", "waves:main", "zero"], ["show", "waves:main", "0"], ["rollback", "waves:main"],
+    ["list", "--kind", "other"], ["nope"],
+])
+def test_usage_errors_exit_2(db, args):
+    assert run(*args, "--store", str(db))[0] == 2
+
+
+def test_export_import_round_trip(db, tmp_path):
+    out = tmp_path / "v.json"
+    assert run_json("export", str(out), "--store", str(db)) == {"path": str(out), "keys": 3}
+    other = tmp_path / "other.db"
+    code, text, _ = run("import", str(out), "--store", str(other))
+    assert code == 0 and text == f"imported 3 keys from {out}\n"
+    with Store(db) as a, Store(other) as b:
+        assert a.export()["keys"] == b.export()["keys"]
+    code, _, err = run("import", str(out), "--store", str(other))
+    assert code == 1 and "already has" in err
+    assert run_json("import", str(out), "--replace", "--store", str(other))["keys"] == 3
+
+
+def test_export_to_stdout_and_import_from_stdin(db, tmp_path):
+    code, text, _ = run("export", "-", "--store", str(db))
+    assert code == 0 and json.loads(text)["format"] == "moonbox-versions"
+    result = CliRunner().invoke(cli, ["versions", "import", "-", "--store",
+                                      str(tmp_path / "n.db")], input=text)
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(cli, ["versions", "import", "-", "--json", "--store",
+                                      str(tmp_path / "m.db")], input="{bad")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["error"]["code"] == "invalid_export"
+
+
+def test_help_lists_every_subcommand():
+    result = CliRunner().invoke(cli, ["versions", "--help"])
+    for name in ("list", "show", "diff", "rollback", "reset", "reset-all", "export", "import"):
+        assert f"  {name} " in result.output
