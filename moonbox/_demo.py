@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from importlib import resources
 
+from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
-
-from pydantic import BaseModel
 
 from .bindings import Binding, LuaNumber, Permissions, Registry, default_bindings
 from .sandbox import Budget, Outcome, Run, Sandbox

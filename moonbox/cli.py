@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import __version__
+from ._cli_stubs import stubs
 from ._cli_versions import versions
 from ._errors import MoonboxError, ScriptError
 from .bindings import default_bindings
@@ -185,6 +186,7 @@ def bench(quick: bool, as_json: bool) -> None:
     sys.exit(run_bench(Console(highlight=False, soft_wrap=True), quick=quick, as_json=as_json))
 
 
+cli.add_command(stubs)
 cli.add_command(versions)
 
 

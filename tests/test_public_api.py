@@ -30,7 +30,7 @@ def test_subpackage_names():
         "AddArgs", "Answer", "ApprovalRequest", "Approver", "Binding", "CallInfo", "Decision",
         "Hook", "LuaNumber", "MODES", "ModApi", "Mode", "Permissions", "QueryInfo",
         "QuerySource", "REFUSAL_CODES", "Registry", "ReportArgs", "Risk", "Scope",
-        "ScopeClosed", "Veto", "add", "default_bindings", "report",
+        "ScopeClosed", "Veto", "add", "default_bindings", "render_stubs", "report",
     ]
 
     assert moonbox.store.__all__ == [

@@ -12,6 +12,7 @@ from ._permissions import MODES, Decision, Mode, Permissions, Risk
 from ._query import REFUSAL_CODES, QueryInfo, QuerySource
 from ._registry import Answer, ApprovalRequest, Approver, ModApi, Registry
 from ._scope import Scope, ScopeClosed
+from ._stubs import render_stubs
 
 __all__ = [
     "AddArgs",
@@ -38,5 +39,6 @@ __all__ = [
     "Veto",
     "add",
     "default_bindings",
+    "render_stubs",
     "report",
 ]

@@ -124,18 +124,23 @@ def _kind_bindings(versions: ScriptVersions | DataOverlays, prefix: str) -> list
             return versions.reset_all(prefix=prefix)
 
     return [
-        Binding(f"{name}_get_current", KeyArgs, get_current, risk="read", cost=1,
+        Binding(f"{name}_get_current", KeyArgs, get_current, risk="read",
+                group="versions", cost=1,
                 description=f"The current version of a {what}: a table with rev, hash, "
                             "author, role, trace_id and its content."),
-        Binding(f"{name}_history", HistoryArgs, history, risk="read", cost=5,
+        Binding(f"{name}_history", HistoryArgs, history, risk="read",
+                group="versions", cost=5,
                 description=f"Recent revisions of a {what}, newest first (limit 1-100, "
                             "default 10), with outcome and error."),
-        Binding(f"{name}_reset", KeyArgs, reset, risk="write", cost=5,
+        Binding(f"{name}_reset", KeyArgs, reset, risk="write",
+                group="versions", cost=5,
                 description=f"Make the original of a {what} current again; returns it."),
-        Binding(f"{name}_reset_revision", RevisionArgs, reset_revision, risk="write", cost=5,
+        Binding(f"{name}_reset_revision", RevisionArgs, reset_revision, risk="write",
+                group="versions", cost=5,
                 description=f"Make an earlier successful revision of a {what} current "
                             "again; returns it."),
-        Binding(f"{name}_reset_all", NoArgs, reset_all, risk="write", cost=20,
+        Binding(f"{name}_reset_all", NoArgs, reset_all, risk="write",
+                group="versions", cost=20,
                 description=f"Reset every {what} back to its original; returns how many "
                             "changed."),
     ]

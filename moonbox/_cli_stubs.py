@@ -1,0 +1,153 @@
+"""``moonbox stubs``: the LuaLS meta file for what a permission set lets a mod call."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import secrets
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from .bindings import MODES, Decision, Permissions, Registry, default_bindings
+from .bindings._stubs import render_stubs
+
+__all__ = ["stubs"]
+
+
+@click.command()
+@click.option("--mode", type=click.Choice(list(MODES)), default="auto", show_default=True,
+              help="Permission mode the stubs are for.")
+@click.option("--allow", multiple=True, metavar="NAME",
+              help="Allow a binding (NAME or prefix*); repeatable.")
+@click.option("--ask", "ask_", multiple=True, metavar="NAME",
+              help="Make a binding ask the host (NAME or prefix*); repeatable.")
+@click.option("--deny", multiple=True, metavar="NAME",
+              help="Deny a binding (NAME or prefix*); repeatable.")
+@click.option("--registry", "registry_ref", metavar="MODULE:ATTR",
+              help="The host's registry, or a zero-argument function returning it "
+                   "[default: the default bindings].")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write to FILE (replaced whole, never half-written) instead of stdout.")
+def stubs(mode: str, allow: tuple[str, ...], ask_: tuple[str, ...], deny: tuple[str, ...],
+          registry_ref: str | None, output: Path | None) -> None:
+    """Write LuaLS annotations (---@meta) for the bindings a mod may call.
+
+    Put the file in the mod's workspace for completion and type checks in the editor.
+    Exit status: 0 on success, 2 for usage errors, a registry that cannot be loaded, or a
+    file that cannot be written.
+    """
+    permissions = _permissions(mode, {"allow": allow, "ask": ask_, "deny": deny})
+    with _registry(registry_ref) as registry:
+        text = render_stubs(registry, permissions)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        _write_whole(output, text)
+    except OSError as exc:
+        error = click.FileError(str(output), hint=exc.strerror or str(exc))
+        error.exit_code = 2
+        raise error from None
+    count = sum(1 for line in text.splitlines() if line.startswith("function "))
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        f"[green]wrote[/] {count} binding{'s' * (count != 1)} to {escape(str(output))}"
+    )
+
+
+def _permissions(mode: str, options: dict[str, tuple[str, ...]]) -> Permissions:
+    rules: dict[str, Decision] = {}
+    for decision, names in options.items():
+        for name in names:
+            if name in rules and rules[name] != decision:
+                raise click.UsageError(f"--{rules[name]} {name} and --{decision} {name} conflict")
+            rules[name] = decision  # type: ignore[assignment]
+    try:
+        return Permissions(mode=mode, rules=rules)  # type: ignore[arg-type]
+    except ValueError as exc:
+        errors = getattr(exc, "errors", None)
+        message = errors()[0]["msg"] if callable(errors) else str(exc)
+        raise click.UsageError(message.removeprefix("Value error, ")) from None
+
+
+@contextmanager
+def _registry(ref: str | None) -> Iterator[Registry]:
+    """The registry named by ``ref`` (``module:attr``), or one with the default bindings.
+
+    A registry made here is closed afterwards; one the host made is left as it is.
+
+    Raises:
+        click.BadParameter: ``ref`` cannot be imported, or is not a registry.
+    """
+    if ref is None:
+        registry = Registry(default_bindings())
+        try:
+            yield registry
+        finally:
+            registry.close()
+        return
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise click.BadParameter("use MODULE:ATTR, such as game.mods:registry",
+                                 param_hint="--registry")
+    target: Any = _import(module_name)
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise click.BadParameter(f"{module_name} has no attribute {attr!r}",
+                                     param_hint="--registry") from None
+    if not isinstance(target, Registry) and callable(target):
+        try:
+            target = target()
+        except Exception as exc:
+            raise click.BadParameter(f"{ref}() failed: {type(exc).__name__}: {exc}",
+                                     param_hint="--registry") from None
+    if not isinstance(target, Registry):
+        raise click.BadParameter(f"{ref} is a {type(target).__name__}, not a Registry "
+                                 "or a function returning one", param_hint="--registry")
+    yield target
+
+
+def _import(module_name: str) -> Any:
+    """Import a host module; the current directory is searched first, as ``python -m`` does."""
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(module_name)
+    except Exception as exc:
+        raise click.BadParameter(f"cannot import {module_name}: {type(exc).__name__}: {exc}",
+                                 param_hint="--registry") from None
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then move it into place.
+
+    Readers see the old file or the new one, never a part. The temporary file is removed
+    on every failure.
+
+    Raises:
+        OSError: the directory cannot be written, or the move failed.
+    """
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text.encode("utf-8"))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
