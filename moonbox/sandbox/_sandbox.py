@@ -101,6 +101,13 @@ MAX_MESSAGE_BYTES = 4096
 # Calls nested through library functions that call back into Lua (gsub, sort, tostring,
 # string.format, coroutine resumes): the same bound as LuaJIT's own C-call limit.
 MAX_C_DEPTH = 200
+# What one step of a guarded library function buys (docs/guards.md): about 64 bytes or
+# values copied, or 4 comparisons of table.sort — the same order of time as a step of
+# metered Lua code.
+WORK_PER_STEP = 64
+COMPARISONS_PER_STEP = 4
+# table.sort of more values than this runs a metered sort, which the time budget can stop.
+SORT_NATIVE_MAX = 4096
 
 Status = Literal["done", "yielded", "preempted", "error", "budget"]
 
@@ -570,6 +577,9 @@ class Sandbox:
                 "hook_steps": HOOK_STEPS,
                 "max_message_bytes": MAX_MESSAGE_BYTES,
                 "max_c_depth": MAX_C_DEPTH,
+                "work_per_step": WORK_PER_STEP,
+                "comparisons_per_step": COMPARISONS_PER_STEP,
+                "sort_native_max": SORT_NATIVE_MAX,
                 "host_call_margin_bytes": _HOST_CALL_MARGIN_BYTES,
                 "value_max_depth": limits.max_depth,
                 "value_max_items": limits.max_items,

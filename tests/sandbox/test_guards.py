@@ -1,0 +1,203 @@
+"""Guarded library functions: each call is charged for the work its input asks for.
+
+A library call is one C call no check can interrupt. These attacks pin that each costly one
+is charged before it runs (the step budget refuses it outright) or as it goes (a long sort,
+so the time budget stops it midway), that results stay what the native functions give, and
+that no heap address reaches a mod.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import lupa.luajit21
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from moonbox import Budget, Sandbox
+
+both_modes = pytest.mark.parametrize("jit", [True, False], ids=["jit", "hook"])
+CHUNK = "@mods/attacker/main.lua"
+SMALL = Budget(steps=100_000, wall_s=30, max_memory=256 << 20, alloc_bytes=256 << 20)
+WALL_S = 0.2
+TIME = Budget(steps=10**15, wall_s=WALL_S, max_memory=256 << 20, alloc_bytes=256 << 20)
+
+
+def run(jit, source, budget=SMALL, args=()):
+    with Sandbox(budget, jit=jit) as sb:
+        out = sb.run(source, CHUNK, args=args)
+        assert sb.run("return 'alive'").value == "alive"
+    return out
+
+
+def assert_steps_trip(out):
+    assert out.status == "budget", out
+    assert out.error.budget == "steps"
+    assert out.error.chunk == CHUNK and out.error.line is not None
+
+
+# -- one call that asks for too much work trips the step budget before it starts ----------
+
+ONE_COSTLY_CALL = {
+    "rep": "local s = ('x'):rep(1e9) return #s",
+    "rep_separator": "local s = ('x'):rep(1e7, ('y'):rep(1000)) return #s",
+    "rep_coerced_count": "local s = string.rep('abc', '1e9') return #s",
+    "concat": "local t = {} for i = 1, 50 do t[i] = ('x'):rep(1000) end "
+              "local s = table.concat(t) for i = 1, 200 do s = table.concat({s, s, s, s}) end",
+    "format_huge_s": "local s = ('x'):rep(4e6) "
+                     "local r = string.format('%s%s%s%s%s', s, s, s, s, s) return #r",
+    "upper": "local s = ('x'):rep(8e6) return #s:upper()",
+    "reverse": "local s = ('x'):rep(8e6) return #s:reverse()",
+    "gsub_result": "local r = ('x'):rep(1000):gsub('x', ('y'):rep(20000)) return #r",
+    "sort_native": "local t = {} for i = 1, 4000 do t[i] = -i end for i = 1, 100 do table.sort(t) "
+                   "table.sort(t, function(a, b) return a > b end) end",
+    "unpack": "local t = {} for i = 1, 7000 do t[i] = i end "
+              "for i = 1, 1e6 do local a = select('#', unpack(t)) end",
+    "byte_range": "local s = ('x'):rep(7000) for i = 1, 1e6 do local n = select('#', s:byte(1, -1)) end",
+    "char": "local t = {} for i = 1, 7000 do t[i] = 65 end "
+            "for i = 1, 1e6 do local s = string.char(unpack(t)) end",
+    "tonumber": "local s = ('1'):rep(5e6) for i = 1, 1e4 do local n = tonumber(s) end",
+    "insert_front": "local t = {} for i = 1, 1e5 do t[i] = i end for i = 1, 1e5 do table.insert(t, 1, i) end",
+    "remove_front": "local t = {} for i = 1, 2e5 do t[i] = i end for i = 1, 1e5 do table.remove(t, 1) end",
+}
+
+
+@both_modes
+@pytest.mark.parametrize("name", list(ONE_COSTLY_CALL))
+def test_costly_library_calls_are_charged_to_the_step_budget(jit, name):
+    out = run(jit, ONE_COSTLY_CALL[name])
+    assert_steps_trip(out)
+
+
+@both_modes
+def test_charges_grow_with_the_input(jit):
+    def steps(n):
+        out = run(jit, "local n = ... local s = ('x'):rep(n) return #s:upper()",
+                  Budget(steps=10**9, wall_s=30), args=(n,))
+        assert out.status == "done"
+        return out.stats.steps
+
+    small, big = steps(1000), steps(4_000_000)
+    assert big > small + 100_000  # (4e6 bytes twice) / 64 bytes per step
+
+
+# -- one long sort is stopped midway by the time budget -----------------------------------
+
+
+@both_modes
+@pytest.mark.parametrize("comparator", ["", ", function(a, b) return a < b end"])
+def test_a_huge_sort_is_stopped_by_the_time_budget(jit, comparator):
+    source = f"""
+    local t = {{}}
+    for i = 1, 2^21 do t[i] = (i * 7919) % 1000003 end
+    table.sort(t{comparator})
+    return #t
+    """
+    with Sandbox(TIME, jit=jit) as sb:
+        t0 = time.perf_counter()
+        out = sb.run(source, CHUNK)
+        elapsed = time.perf_counter() - t0
+    assert out.status == "budget" and out.error.budget == "time", out
+    assert elapsed < WALL_S + 0.5
+
+
+@pytest.mark.parametrize("comparator", [
+    "function(a, b) return true end",
+    "function(a, b) return false end",
+    "function(a, b) return math.random() < 0.5 end",
+    "function(a, b) return (a + b) % 3 == 0 end",
+])
+def test_inconsistent_comparators_end_cleanly(comparator):
+    for n in (100, 10_000):
+        out = run(True, f"local t = {{}} for i = 1, {n} do t[i] = i % 17 end "
+                        f"table.sort(t, {comparator}) return #t", Budget(wall_s=30))
+        assert out.status in ("done", "error"), out
+        if out.status == "error":
+            assert out.error.message == "invalid order function for sorting"
+            assert out.error.chunk == CHUNK
+
+
+@settings(max_examples=60, deadline=None)
+@given(base=st.lists(st.integers(-50, 50), min_size=1, max_size=50), extra=st.integers(1, 900),
+       seed=st.integers(0, 2**32), descending=st.booleans())
+def test_the_metered_sort_sorts(base, extra, seed, descending):
+    # More than 4096 values: the sort runs in Lua, charged as it goes.
+    values = (base * (4097 // len(base) + 1))[: 4096 + extra]
+    random.Random(seed).shuffle(values)
+    comparator = ", function(a, b) return a > b end" if descending else ""
+    with Sandbox(Budget(steps=10**9, wall_s=30)) as sb:
+        out = sb.run(f"local t = ... table.sort(t{comparator}) return t", args=(values,))
+    assert out.status == "done", out.error
+    assert out.value == sorted(values, reverse=descending)
+
+
+def test_the_metered_sort_sorts_strings_and_errors_like_the_native_one():
+    with Sandbox(Budget(steps=10**9, wall_s=30)) as sb:
+        out = sb.run("local t = {} for i = 1, 5000 do t[i] = tostring(i) end table.sort(t) "
+                     "return t[1], t[2], t[5000]")
+        assert out.values == ("1", "10", "999")
+        out = sb.run("local t = {} for i = 1, 5000 do t[i] = i end t[77] = 'x' table.sort(t)")
+        assert out.status == "error" and "attempt to compare" in out.error.message
+
+
+# -- no addresses ---------------------------------------------------------------------------
+
+
+@both_modes
+def test_tostring_shows_stable_ids_not_addresses(jit):
+    source = """
+    local a, b = {}, function() end
+    return tostring(a), tostring(b), tostring(a), tostring(coroutine.create(b)),
+      tostring(tostring), string.format('%s|%p|%5s|%%p', a, b, 'x')
+    """
+    out = run(jit, source)
+    assert out.values == (
+        "table: 0x00000001", "function: 0x00000002", "table: 0x00000001",
+        "thread: 0x00000003", "function: 0x00000004",
+        "table: 0x00000001|0x00000002|    x|%p",
+    )
+
+
+def test_the_same_program_prints_the_same_in_two_sandboxes():
+    source = "local t = {} for i = 1, 5 do t[i] = tostring({}) .. string.format('%p', {}) end " \
+             "return table.concat(t, ',')"
+    assert run(True, source).value == run(True, source).value
+
+
+def test_tostring_still_runs_a_tables_own_tostring():
+    out = run(True, "local t = setmetatable({}, {__tostring = function() return 'mine' end, "
+                    "__metatable = false}) return tostring(t), string.format('%s', t)")
+    assert out.values == ("mine", "mine")
+
+
+def test_format_p_of_values_without_an_address():
+    assert run(True, "return string.format('%p %p %p', 1, 'x', nil)").value == "NULL NULL NULL"
+
+
+# -- results unchanged ----------------------------------------------------------------------
+
+_NATIVE = lupa.luajit21.LuaRuntime()  # the same LuaJIT, without the guards: the oracle
+
+
+@settings(max_examples=100, deadline=None)
+@given(s=st.text(alphabet="ab%-1 ", max_size=30), n=st.integers(-2, 20),
+       sep=st.one_of(st.none(), st.text(alphabet="xy", max_size=3)),
+       i=st.integers(-40, 40), j=st.integers(-40, 40))
+def test_guarded_string_functions_return_what_the_native_ones_do(s, n, sep, i, j):
+    with Sandbox() as sb:
+        guarded = sb.run(
+            "local s, n, sep, i, j = ... return s:rep(n, sep), s:sub(i, j), s:upper(), "
+            "s:lower(), s:reverse(), select('#', s:byte(i, j)), table.concat({s, s}, sep or '', 1, 2),"
+            "string.format('%s:%d', s, n), tonumber(s), select('#', unpack({1, 2, 3}, 1, n))",
+            args=(s, n, sep, i, j),
+        )
+    native = _NATIVE.eval(
+        "function(s, n, sep, i, j) return s:rep(n, sep), s:sub(i, j), s:upper(), s:lower(), "
+        "s:reverse(), select('#', s:byte(i, j)), table.concat({s, s}, sep or '', 1, 2), "
+        "string.format('%s:%d', s, n), tonumber(s), select('#', unpack({1, 2, 3}, 1, n)) end"
+    )(s, n, sep, i, j)
+    expected = tuple(v.decode() if isinstance(v, bytes) else v for v in native)
+    assert guarded.ok, guarded.error
+    assert guarded.values == expected
