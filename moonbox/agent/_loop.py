@@ -27,7 +27,7 @@ from ._cancel import CancelToken
 from ._client import Delta, LLMClient, Reply, collect
 from ._errors import AgentError, Cancelled, ClientError, GenerationLimited
 from ._extract import extract_lua
-from ._prompt import ApiStyle, PromptBuilder
+from ._prompt import ApiStyle, PromptBuilder, role_prompt
 from ._repair import Check, CheckResult, Failure, RunResult, render_repair, run_checks
 
 __all__ = [
@@ -237,6 +237,7 @@ class Programmer:
         rate_limit: generations allowed per role (default 20 per 60 s); share one
             instance between Programmers to limit them together.
         role: the role name (its prompt, its rate limit, the store's ``role``).
+        role_text: the role's prompt; default: the one shipped for ``role``.
         author: recorded as the author of versions; default: the client's model.
         host_rules: the host's additions to the stable prompt prefix.
         api_style: how the prompt shows the mod API (``compact`` or ``stubs``).
@@ -245,6 +246,10 @@ class Programmer:
         max_tokens, temperature: passed to the client.
         new_trace_id: makes trace ids (default: 16 random hex digits).
         clock: for generation times (``time.monotonic``).
+
+    Raises:
+        ConfigError: ``max_repairs`` is negative, or no prompt ships for ``role`` and no
+            ``role_text`` is given.
     """
 
     def __init__(
@@ -258,6 +263,7 @@ class Programmer:
         dry_run: DryRun | None = None,
         rate_limit: RateLimit | None = None,
         role: str = "programmer",
+        role_text: str | None = None,
         author: str | None = None,
         host_rules: str = "",
         api_style: ApiStyle = "compact",
@@ -270,6 +276,13 @@ class Programmer:
     ) -> None:
         if max_repairs < 0:
             raise ConfigError("max_repairs must be zero or more")
+        if role_text is None:
+            try:
+                role_text = role_prompt(role)
+            except FileNotFoundError:
+                raise ConfigError(f"no prompt ships for the role {role!r}: give role_text"
+                                  ) from None
+        self.role_text = role_text
         self.client = client
         self.registry = registry
         self.store = store
@@ -296,7 +309,8 @@ class Programmer:
         builder = self._builders.get(key)
         if builder is None:
             builder = PromptBuilder(self.registry, task.permissions, budget=budget,
-                                    role=self.role, host_rules=self.host_rules,
+                                    role=self.role, role_text=self.role_text,
+                                    host_rules=self.host_rules,
                                     api_style=self.api_style)
             self._builders[key] = builder
         return builder
