@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import __version__
+from ._cli_agent import agent, eval_repair
 from ._cli_stubs import stubs
 from ._cli_versions import versions
 from ._errors import MoonboxError, ScriptError
@@ -186,6 +187,8 @@ def bench(quick: bool, as_json: bool) -> None:
     sys.exit(run_bench(Console(highlight=False, soft_wrap=True), quick=quick, as_json=as_json))
 
 
+cli.add_command(agent)
+cli.add_command(eval_repair)
 cli.add_command(stubs)
 cli.add_command(versions)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import moonbox
+import moonbox.agent
 import moonbox.bindings
 import moonbox.sandbox
 import moonbox.store
@@ -43,6 +44,21 @@ def test_subpackage_names():
     for name in moonbox.store.__all__:
         assert hasattr(moonbox.store, name)
 
+    assert moonbox.agent.__all__ == [
+        "AgentError", "ApiStyle", "Attempt", "CancelToken", "Cancelled", "Check",
+        "CheckResult", "ClientError", "ClientErrorCode", "CorpusTask", "DEFAULT_BUDGET",
+        "Delta", "DryRun", "EVAL_BUDGET", "EvalReport", "Event", "EventName", "Extraction",
+        "Failure", "FailureKind", "GenerationLimited", "LLMClient", "Message", "OpenAIClient",
+        "Programmer", "ProgrammerResult", "PromptBuilder", "RETRYABLE_CODES", "RateLimit",
+        "Reply", "RequestQueue", "Role", "RunResult", "ScratchRun", "ScratchRunResult",
+        "Script", "ScriptedClient", "ScriptedReply", "Task", "ThinkSplitter", "Ticket",
+        "TicketState", "collect", "corpus_path", "eval_registry", "extract_lua",
+        "load_corpus", "load_replies", "render_repair", "replies_path", "run_repair_eval",
+        "split_reasoning",
+    ]
+    for name in moonbox.agent.__all__:
+        assert hasattr(moonbox.agent, name)
+
 
 def test_one_exception_tree():
     for name in ("BindingError", "BudgetExceeded", "ConfigError", "HostError",
@@ -50,3 +66,5 @@ def test_one_exception_tree():
         assert issubclass(getattr(moonbox, name), moonbox.MoonboxError)
     assert issubclass(moonbox.BudgetExceeded, moonbox.ScriptError)
     assert issubclass(moonbox.store.StoreError, moonbox.MoonboxError)
+    for name in ("AgentError", "Cancelled", "ClientError", "GenerationLimited"):
+        assert issubclass(getattr(moonbox.agent, name), moonbox.MoonboxError)

@@ -1,0 +1,239 @@
+"""``moonbox agent`` and ``moonbox eval-repair``: the Programmer loop from a shell.
+
+``moonbox agent "TASK"`` asks a backend (``--base-url`` and ``--model``, the key from
+``--api-key-env``) or replays a file (``--replay``) and streams the loop's progress: each
+attempt's error and the final script. ``--json`` prints one JSON document instead. Exit
+status: 0 solved, 1 not solved (rounds exhausted, rate limited), 2 usage or backend errors.
+
+``moonbox eval-repair`` runs the repair corpus and prints, per round, how many tasks were
+solved; ``--csv`` writes the same rows for plotting.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.syntax import Syntax
+from rich.table import Table
+
+from ._errors import MoonboxError
+from .agent import (
+    DEFAULT_BUDGET,
+    Event,
+    LLMClient,
+    OpenAIClient,
+    Programmer,
+    ProgrammerResult,
+    ScriptedClient,
+    Task,
+    load_corpus,
+    replies_path,
+    run_repair_eval,
+)
+from .bindings import MODES, Permissions, Registry, default_bindings
+from .sandbox import Budget
+
+__all__ = ["agent", "eval_repair"]
+
+EXIT_OK, EXIT_UNSOLVED, EXIT_USAGE = 0, 1, 2
+
+
+def _client(base_url: str | None, model: str | None, api_key_env: str | None,
+            replay: Path | None) -> LLMClient:
+    if replay is not None:
+        if base_url is not None:
+            raise click.UsageError("give either --replay or --base-url, not both")
+        return ScriptedClient.from_file(replay)
+    if base_url is None or model is None:
+        raise click.UsageError("give --base-url and --model (or --replay FILE)")
+    return OpenAIClient(base_url, model, api_key_env=api_key_env)
+
+
+def _backend_options(fn: Any) -> Any:
+    for option in reversed([
+        click.option("--base-url", help="An OpenAI-compatible API, e.g. http://127.0.0.1:8080/v1."),
+        click.option("--model", help="The model name to ask for."),
+        click.option("--api-key-env", metavar="VAR",
+                     help="The environment variable holding the API key (none: no key)."),
+        click.option("--replay", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+                     help="Replay scripted replies from a JSON Lines file instead."),
+        click.option("--repairs", type=click.IntRange(min=0), default=3, show_default=True,
+                     help="Repair rounds after the first attempt."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+@click.command()
+@click.argument("task")
+@_backend_options
+@click.option("--mode", type=click.Choice(sorted(MODES)), default="auto", show_default=True,
+              help="The permission mode the script runs with.")
+@click.option("--key", default="agent:main", show_default=True,
+              help="The script's key (<mod>:<name>) in the versions store.")
+@click.option("--store", "store_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="Record versions in this store (none: nothing is recorded).")
+@click.option("--steps", type=click.IntRange(min=1), default=DEFAULT_BUDGET.steps,
+              show_default=True, help="Steps each run may take.")
+@click.option("--time", "time_s", type=click.FloatRange(min=0, min_open=True),
+              default=DEFAULT_BUDGET.wall_s, show_default=True, help="Seconds each run may take.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document of the result.")
+def agent(task: str, base_url: str | None, model: str | None, api_key_env: str | None,
+          replay: Path | None, repairs: int, mode: str, key: str, store_path: Path | None,
+          steps: int, time_s: float, as_json: bool) -> None:
+    """Ask the Programmer for a script that does TASK, repairing it from its failures.
+
+    The script runs with the default bindings (report, add) under --mode. Exit status: 0
+    solved, 1 not solved, 2 usage or backend errors.
+    """
+    from .store import Store
+
+    console = Console(highlight=False, soft_wrap=True)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        client = _client(base_url, model, api_key_env, replay)
+        budget = Budget(steps=steps, wall_s=time_s, alloc_bytes=DEFAULT_BUDGET.alloc_bytes,
+                        max_memory=DEFAULT_BUDGET.max_memory)
+        store = Store(store_path) if store_path is not None else None
+    except (MoonboxError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from None
+    registry = Registry(default_bindings())
+    progress = _Progress(console) if not as_json else None
+    try:
+        programmer = Programmer(client, registry, store=store, budget=budget,
+                                max_repairs=repairs, stream=not as_json,
+                                on_event=progress)
+        result = programmer.run(Task(task, key=key, permissions=Permissions(mode=mode)))  # type: ignore[arg-type]
+    except MoonboxError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}")
+        sys.exit(EXIT_USAGE)
+    finally:
+        registry.close()
+        if store is not None:
+            store.close()
+        close = getattr(client, "close", None)
+        if close is not None:
+            close()
+    if as_json:
+        print(json.dumps(result.to_dict(), ensure_ascii=False), flush=True)
+    else:
+        _print_result(result, console)
+    if result.status == "client_error":
+        sys.exit(EXIT_USAGE)
+    sys.exit(EXIT_OK if result.solved else EXIT_UNSOLVED)
+
+
+class _Progress:
+    """Prints the loop's events as they happen; streamed text is shown dimmed."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.streaming = False
+
+    def __call__(self, event: Event) -> None:
+        c = self.console
+        if event.name == "generation_delta":
+            self.streaming = True
+            c.print(f"[dim]{escape(event.data['text'])}[/]", end="")
+            return
+        if self.streaming:
+            c.print()
+            self.streaming = False
+        d = event.data
+        if event.name == "generation_started":
+            c.print(f"[bold]attempt {event.attempt}[/] [dim]asking {escape(str(d['model']))} "
+                    f"(trace {event.trace_id})[/]")
+        elif event.name == "execution_failed":
+            c.print(f"  [bold red]failed[/] {escape(d['summary'])}")
+        elif event.name == "execution_succeeded":
+            c.print("  [bold green]ran cleanly[/]")
+            for line in d.get("reports", []):
+                c.print(f"  [cyan]report[/] {escape(line)}")
+        elif event.name == "version_recorded":
+            c.print(f"  [green]recorded[/] {escape(d['key'])} revision {d['revision']}")
+        elif event.name == "repair_exhausted":
+            c.print(f"[bold yellow]no working script after {d['attempts']} attempts[/]")
+        elif event.name == "rate_limited":
+            c.print(f"[bold yellow]rate limited[/]: retry in {d['retry_in_s']:.1f} s")
+        elif event.name == "client_failed":
+            c.print(f"[bold red]backend failed[/] {escape(d['message'])}")
+
+
+def _print_result(result: ProgrammerResult, console: Console) -> None:
+    colour = "green" if result.solved else "yellow" if result.status == "exhausted" else "red"
+    console.print(f"[bold {colour}]{result.status}[/] after {len(result.attempts)} "
+                  f"attempt(s), trace {result.trace_id}")
+    if result.error is not None:
+        console.print(f"  {escape(str(result.error))}")
+    if result.source is not None:
+        title = "the script" if result.solved else "the last good version (kept)"
+        console.print(f"[bold]{title}[/]" + (f" [dim]revision {result.revision}[/]"
+                                              if result.revision else ""))
+        console.print(Syntax(result.source, "lua", line_numbers=True, theme="ansi_dark"))
+
+
+@click.command("eval-repair")
+@_backend_options
+@click.option("--corpus", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="A corpus of tasks (default: the shipped one).")
+@click.option("--csv", "csv_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="Write the per-round rows here, as CSV.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document of the results.")
+def eval_repair(base_url: str | None, model: str | None, api_key_env: str | None,
+                replay: Path | None, repairs: int, corpus: Path | None,
+                csv_path: Path | None, as_json: bool) -> None:
+    """Run the repair corpus through the loop and count what each round solved.
+
+    Without --base-url it replays the shipped scripted replies (every failure kind:
+    syntax, runtime, each budget, denied bindings, failed checks, no code). Round r counts
+    the tasks solved within r repairs.
+    """
+    console = Console(highlight=False, soft_wrap=True)
+    try:
+        tasks = load_corpus(corpus)
+        client = None
+        if base_url is not None:
+            client = _client(base_url, model, api_key_env, replay)
+    except MoonboxError as exc:
+        raise click.UsageError(str(exc)) from None
+
+    def on_task(task: Any, result: ProgrammerResult) -> None:
+        if as_json:
+            return
+        kinds = ", ".join(a.failure.kind for a in result.attempts if a.failure) or "-"
+        colour = "green" if result.solved else "yellow"
+        console.print(f"[{colour}]{result.status:<12}[/] {escape(task.id):<18} "
+                      f"[dim]attempts {len(result.attempts)}, failures: {escape(kinds)}[/]")
+
+    try:
+        report = run_repair_eval(tasks, client=client, replies=replay or replies_path(),
+                                 max_repairs=repairs, on_task=on_task)
+    except MoonboxError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}")
+        sys.exit(EXIT_USAGE)
+    finally:
+        close = getattr(client, "close", None)
+        if close is not None:
+            close()
+    if csv_path is not None:
+        report.write_csv(csv_path)
+    if as_json:
+        print(json.dumps(report.to_dict()), flush=True)
+        sys.exit(EXIT_OK)
+    table = Table(box=box.SIMPLE, title="solved per round")
+    for column in ("round", "attempted", "solved this round", "solved", "of"):
+        table.add_column(column, justify="right")
+    for row in report.rows():
+        table.add_row(str(row["round"]), str(row["attempted"]), str(row["solved_this_round"]),
+                      str(row["solved"]), str(row["total"]))
+    console.print(table)
+    if csv_path is not None:
+        console.print(f"[dim]wrote {escape(str(csv_path))}[/]")
+    sys.exit(EXIT_OK)

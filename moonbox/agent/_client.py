@@ -1,0 +1,103 @@
+"""The client protocol every LLM backend implements: ``complete`` and ``stream``.
+
+A request is a list of :class:`Message`. ``complete`` returns one :class:`Reply`;
+``stream`` yields :class:`Delta` pieces as they arrive, and :func:`collect` folds them back
+into the same :class:`Reply`. Either way the visible answer (``content``) and the model's
+reasoning are kept apart: the reasoning is never shown to the Lua extractor, the store or
+the loop's history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from ._reasoning import split_reasoning
+
+__all__ = ["Delta", "LLMClient", "Message", "Reply", "Role", "collect"]
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message."""
+
+    role: Role
+    content: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """One piece of a streamed reply: visible text, reasoning text, or the finish reason."""
+
+    content: str = ""
+    reasoning: str = ""
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A whole reply.
+
+    Attributes:
+        content: the visible answer, reasoning removed (``<think>`` blocks included).
+        reasoning: the reasoning, from a separate field or from ``<think>`` blocks.
+        finish_reason: ``stop``, ``length``... as the backend said, if it said.
+        model: the model that answered, if the backend said.
+        usage: token counts, if the backend sent them.
+    """
+
+    content: str
+    reasoning: str = ""
+    finish_reason: str | None = None
+    model: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class LLMClient(Protocol):
+    """What the Programmer loop needs of a backend.
+
+    ``complete`` and ``stream`` take the same arguments and must agree: collecting a
+    stream gives the reply ``complete`` would. Both raise :class:`ClientError` with a
+    stable code when the backend cannot give a usable reply.
+    """
+
+    model: str
+
+    def complete(
+        self, messages: Sequence[Message], *, max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> Reply: ...
+
+    def stream(
+        self, messages: Sequence[Message], *, max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> Iterator[Delta]: ...
+
+
+def collect(deltas: Iterable[Delta], *, model: str | None = None) -> Reply:
+    """Fold streamed pieces into a :class:`Reply`.
+
+    The visible text is split once more as a whole, so a reply whose ``</think>`` came
+    without an opening tag (the template opened the block in the prompt) still keeps
+    its reasoning apart, even though the pieces were shown as they came.
+    """
+    content: list[str] = []
+    reasoning: list[str] = []
+    finish: str | None = None
+    for delta in deltas:
+        content.append(delta.content)
+        reasoning.append(delta.reasoning)
+        if delta.finish_reason:
+            finish = delta.finish_reason
+    visible, inline = split_reasoning("".join(content))
+    thought = "".join(reasoning)
+    if inline:
+        thought = f"{thought}\n{inline}" if thought else inline
+    return Reply(visible, thought, finish, model)

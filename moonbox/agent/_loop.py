@@ -1,0 +1,528 @@
+"""The Programmer loop: ask for Lua, run it, feed the failure back, record what works.
+
+One :meth:`Programmer.run` is one task with one trace id. Each round: check the rate
+limit, generate, extract the Lua, run it (a fresh sandbox from the registry under the
+task's permissions and budget, or the host's dry-run hook), run the acceptance checks. A
+clean round records a version in the store and ends; a failed one is recorded as a failed
+attempt and becomes the repair context of the next round, up to ``max_repairs`` repairs.
+When they run out, the store's current version (the last good one) stays as it is.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .._errors import ConfigError, ScriptError
+from ..bindings import Permissions, Registry
+from ..sandbox import Budget
+from ..store import Store, StoreError
+from ._cancel import CancelToken
+from ._client import Delta, LLMClient, Reply, collect
+from ._errors import AgentError, Cancelled, ClientError, GenerationLimited
+from ._extract import extract_lua
+from ._prompt import ApiStyle, PromptBuilder, role_prompt
+from ._repair import Check, CheckResult, Failure, RunResult, render_repair, run_checks
+
+__all__ = [
+    "Attempt",
+    "DEFAULT_BUDGET",
+    "DryRun",
+    "Event",
+    "EventName",
+    "Programmer",
+    "ProgrammerResult",
+    "RateLimit",
+    "Script",
+    "Task",
+]
+
+log = logging.getLogger("moonbox.agent")
+
+DEFAULT_BUDGET = Budget(steps=1_000_000, alloc_bytes="16MB", wall_s=0.5, max_memory="32MB")
+"""The budget a generated script gets unless the task or the Programmer says otherwise."""
+
+EventName = Literal[
+    "generation_started", "generation_delta", "generation_finished", "execution_succeeded",
+    "execution_failed", "repair_requested", "repair_exhausted", "version_recorded",
+    "rate_limited", "client_failed", "cancelled",
+]
+ResultStatus = Literal["solved", "exhausted", "rate_limited", "client_error", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """What the Programmer is asked to do.
+
+    Attributes:
+        text: the request in words.
+        key: the script's key in the store, ``<mod>:<name>``; the mod id is the part before
+            the colon, and the chunk is ``@<mod>/<name>.lua``.
+        permissions: what the script may call.
+        checks: acceptance checks on the run's result (see :data:`Check`).
+        world_summary: a short description of the world state, for the prompt.
+        budget: the run's budget; ``None``: the Programmer's.
+    """
+
+    text: str
+    key: str = "agent:main"
+    permissions: Permissions = field(default_factory=Permissions)
+    checks: tuple[Check, ...] = ()
+    world_summary: str = ""
+    budget: Budget | None = None
+
+    @property
+    def mod_id(self) -> str:
+        return self.key.split(":", 1)[0] or "agent"
+
+    @property
+    def chunk(self) -> str:
+        mod, _, name = self.key.partition(":")
+        return f"@{mod or 'agent'}/{name or 'main'}.lua"
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """What a dry-run hook is asked to run."""
+
+    source: str
+    chunk: str
+    key: str
+    mod_id: str
+    permissions: Permissions
+    budget: Budget
+    trace_id: str
+    attempt: int
+
+
+DryRun = Callable[[Script], RunResult]
+"""A host's dry run: run the script (in a scratch copy of the world, say) and return an
+Outcome-like result. A :class:`ScriptError` it raises counts as the script's failure."""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One step of the loop, for progress displays and logs."""
+
+    name: EventName
+    trace_id: str
+    attempt: int
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"event": self.name, "trace_id": self.trace_id, "attempt": self.attempt,
+                **self.data}
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One round: the reply's visible text, the code found, and how it went.
+
+    The reasoning is not kept: it never reaches the history.
+    """
+
+    number: int
+    reply: str
+    code: str | None
+    failure: Failure | None
+    checks: tuple[CheckResult, ...] = ()
+    reports: tuple[str, ...] = ()
+    values: tuple[Any, ...] = ()
+    stats: dict[str, Any] = field(default_factory=dict)
+    generation_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "attempt": self.number, "ok": self.ok, "code": self.code, "reply": self.reply,
+            "failure": self.failure.to_dict() if self.failure else None,
+            "checks": [c.to_dict() for c in self.checks], "reports": list(self.reports),
+            "values": _plain(list(self.values)), "stats": self.stats,
+            "generation_s": round(self.generation_s, 6),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ProgrammerResult:
+    """How a task ended.
+
+    Attributes:
+        status: ``solved``, ``exhausted`` (every round failed), ``rate_limited`` (the
+            generation limit stopped the loop), ``client_error`` (the backend failed) or
+            ``cancelled``.
+        source: the script now in use for the key: the new one when solved, else the
+            store's current version (the last good one), else ``None``.
+        revision: its revision number in the store, when there is a store.
+        error: the client error, limit or cancellation that stopped the loop.
+    """
+
+    status: ResultStatus
+    task: str
+    key: str
+    trace_id: str
+    attempts: tuple[Attempt, ...]
+    source: str | None = None
+    revision: int | None = None
+    error: AgentError | None = None
+
+    @property
+    def solved(self) -> bool:
+        return self.status == "solved"
+
+    def to_dict(self) -> dict[str, Any]:
+        error = None
+        if self.error is not None:
+            error = {"code": self.error.code, "message": str(self.error)}
+        return {
+            "status": self.status, "task": self.task, "key": self.key,
+            "trace_id": self.trace_id, "source": self.source, "revision": self.revision,
+            "error": error, "attempts": [a.to_dict() for a in self.attempts],
+        }
+
+
+class RateLimit:
+    """At most ``max_generations`` per ``window_s`` seconds per role (a sliding window).
+
+    Shared between loops (give several :class:`Programmer` objects the same instance) it
+    limits the role across all of them. Thread-safe.
+    """
+
+    def __init__(self, max_generations: int = 20, window_s: float = 60.0, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if max_generations < 1 or not window_s > 0:
+            raise ConfigError("a rate limit needs at least one generation per positive window")
+        self.max_generations = max_generations
+        self.window_s = window_s
+        self._clock = clock
+        self._seen: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, role: str) -> None:
+        """Count one generation for ``role``.
+
+        Raises:
+            GenerationLimited: the role has had ``max_generations`` in the window.
+        """
+        with self._lock:
+            now = self._clock()
+            seen = self._seen.setdefault(role, deque())
+            while seen and seen[0] <= now - self.window_s:
+                seen.popleft()
+            if len(seen) >= self.max_generations:
+                raise GenerationLimited(role, self.max_generations, self.window_s,
+                                        seen[0] + self.window_s - now)
+            seen.append(now)
+
+
+class Programmer:
+    """The Programmer role: writes Lua for tasks, and repairs it from its failures.
+
+    Args:
+        client: any :class:`LLMClient`.
+        registry: the bindings the scripts run against; the prompt's mod API comes from it.
+        store: where versions are recorded (``None``: nowhere).
+        budget: each run's budget unless the task gives one (:data:`DEFAULT_BUDGET`).
+        max_repairs: repair rounds after the first attempt (default 3: four attempts).
+        dry_run: the host's way to run a script; default: a fresh sandbox from
+            ``registry`` under the task's permissions.
+        rate_limit: generations allowed per role (default 20 per 60 s); share one
+            instance between Programmers to limit them together.
+        role: the role name (its prompt, its rate limit, the store's ``role``).
+        role_text: the role's prompt; default: the one shipped for ``role``.
+        author: recorded as the author of versions; default: the client's model.
+        host_rules: the host's additions to the stable prompt prefix.
+        api_style: how the prompt shows the mod API (``compact`` or ``stubs``).
+        stream: generate with ``client.stream`` and emit ``generation_delta`` events.
+        on_event: called with every :class:`Event` (exceptions are logged, not raised).
+        max_tokens, temperature: passed to the client.
+        new_trace_id: makes trace ids (default: 16 random hex digits).
+        clock: for generation times (``time.monotonic``).
+
+    Raises:
+        ConfigError: ``max_repairs`` is negative, or no prompt ships for ``role`` and no
+            ``role_text`` is given.
+    """
+
+    def __init__(
+        self,
+        client: LLMClient,
+        registry: Registry,
+        *,
+        store: Store | None = None,
+        budget: Budget | None = None,
+        max_repairs: int = 3,
+        dry_run: DryRun | None = None,
+        rate_limit: RateLimit | None = None,
+        role: str = "programmer",
+        role_text: str | None = None,
+        author: str | None = None,
+        host_rules: str = "",
+        api_style: ApiStyle = "compact",
+        stream: bool = False,
+        on_event: Callable[[Event], None] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        new_trace_id: Callable[[], str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_repairs < 0:
+            raise ConfigError("max_repairs must be zero or more")
+        if role_text is None:
+            try:
+                role_text = role_prompt(role)
+            except FileNotFoundError:
+                raise ConfigError(f"no prompt ships for the role {role!r}: give role_text"
+                                  ) from None
+        self.role_text = role_text
+        self.client = client
+        self.registry = registry
+        self.store = store
+        self.budget = budget or DEFAULT_BUDGET
+        self.max_repairs = max_repairs
+        self.dry_run = dry_run or self._sandbox_run
+        self.rate_limit = rate_limit or RateLimit()
+        self.role = role
+        self.author = author
+        self.host_rules = host_rules
+        self.api_style = api_style
+        self.stream = stream
+        self.on_event = on_event
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self._new_trace_id = new_trace_id or (lambda: uuid.uuid4().hex[:16])
+        self._clock = clock
+        self._builders: dict[tuple[str, str], PromptBuilder] = {}
+
+    def prompt(self, task: Task) -> PromptBuilder:
+        """The prompt builder for a task's permissions and budget (one per pair, reused)."""
+        budget = task.budget or self.budget
+        key = (task.permissions.model_dump_json(), budget.model_dump_json())
+        builder = self._builders.get(key)
+        if builder is None:
+            builder = PromptBuilder(self.registry, task.permissions, budget=budget,
+                                    role=self.role, role_text=self.role_text,
+                                    host_rules=self.host_rules,
+                                    api_style=self.api_style)
+            self._builders[key] = builder
+        return builder
+
+    def run(
+        self,
+        task: Task | str,
+        *,
+        cancel: CancelToken | None = None,
+        trace_id: str | None = None,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> ProgrammerResult:
+        """Work on ``task`` until a script passes or the rounds run out.
+
+        Returns the :class:`ProgrammerResult`; the backend's failures, the rate limit and
+        cancellation end the loop with their own status rather than raising.
+
+        Raises:
+            StoreError: the store refused a write (a host problem).
+        """
+        if isinstance(task, str):
+            task = Task(task)
+        trace_id = trace_id or self._new_trace_id()
+        cancel = cancel or CancelToken()
+        listeners = [f for f in (self.on_event, on_event) if f is not None]
+
+        def emit(name: EventName, attempt: int, **data: Any) -> None:
+            event = Event(name, trace_id, attempt, data)
+            for listener in listeners:
+                try:
+                    listener(event)
+                except Exception:
+                    log.exception("event listener failed on %s", name)
+
+        builder = self.prompt(task)
+        budget = task.budget or self.budget
+        rounds = self.max_repairs + 1
+        attempts: list[Attempt] = []
+        repair = ""
+
+        def end(status: ResultStatus, error: AgentError | None = None) -> ProgrammerResult:
+            source, revision = self._kept(task.key)
+            return ProgrammerResult(status, task.text, task.key, trace_id, tuple(attempts),
+                                    source, revision, error)
+
+        for number in range(1, rounds + 1):
+            if cancel.cancelled:
+                emit("cancelled", number, reason=cancel.reason)
+                return end("cancelled", Cancelled(cancel.reason))
+            if number > 1:
+                emit("repair_requested", number, after=attempts[-1].failure.kind
+                     if attempts[-1].failure else None)
+            try:
+                self.rate_limit.acquire(self.role)
+            except GenerationLimited as exc:
+                emit("rate_limited", number, retry_in_s=round(exc.retry_in_s, 3))
+                return end("rate_limited", exc)
+            messages = builder.messages(task.text, world_summary=task.world_summary,
+                                        repair=repair)
+            emit("generation_started", number, role=self.role, model=self.client.model)
+            started = self._clock()
+            try:
+                reply = self._generate(messages, cancel, lambda text, n=number: emit(
+                    "generation_delta", n, text=text))
+            except Cancelled as exc:
+                emit("cancelled", number, reason=exc.reason)
+                return end("cancelled", exc)
+            except ClientError as exc:
+                if exc.code != "empty_response":
+                    emit("client_failed", number, code=exc.code, message=str(exc))
+                    return end("client_error", exc)
+                reply = Reply("", finish_reason=exc.finish_reason)
+            generation_s = self._clock() - started
+            emit("generation_finished", number, chars=len(reply.content),
+                 seconds=round(generation_s, 6))
+
+            attempt = self._attempt(number, reply, task, budget, trace_id, cancel,
+                                    generation_s)
+            attempts.append(attempt)
+            if attempt.failure is None:
+                emit("execution_succeeded", number, reports=list(attempt.reports),
+                     stats=attempt.stats)
+                revision = self._record_success(task, attempt.code or "", trace_id)
+                if revision is not None:
+                    emit("version_recorded", number, key=task.key, revision=revision)
+                return ProgrammerResult("solved", task.text, task.key, trace_id,
+                                        tuple(attempts), attempt.code, revision)
+            failure = attempt.failure
+            emit("execution_failed", number, kind=failure.kind, message=failure.message,
+                 where=failure.where if failure.chunk else None, summary=failure.summary())
+            self._record_failure(task, attempt, trace_id)
+            repair = render_repair(number, rounds, attempt.code, failure)
+        emit("repair_exhausted", rounds, attempts=rounds)
+        return end("exhausted")
+
+    # -- one round ------------------------------------------------------------------------
+
+    def _generate(self, messages: Sequence[Any], cancel: CancelToken,
+                  on_text: Callable[[str], None]) -> Reply:
+        options = {"max_tokens": self.max_tokens, "temperature": self.temperature}
+        if not self.stream:
+            reply = self.client.complete(messages, **options)
+            if cancel.cancelled:
+                raise Cancelled(cancel.reason)
+            return reply
+        pieces = self.client.stream(messages, **options)
+        try:
+            return collect(self._watch(pieces, cancel, on_text), model=self.client.model)
+        finally:
+            close = getattr(pieces, "close", None)
+            if close is not None:
+                close()
+
+    @staticmethod
+    def _watch(pieces: Iterator[Delta], cancel: CancelToken,
+               on_text: Callable[[str], None]) -> Iterator[Delta]:
+        for delta in pieces:
+            if cancel.cancelled:
+                raise Cancelled(cancel.reason)
+            if delta.content:
+                on_text(delta.content)
+            yield delta
+
+    def _attempt(self, number: int, reply: Reply, task: Task, budget: Budget, trace_id: str,
+                 cancel: CancelToken, generation_s: float) -> Attempt:
+        if not reply.content.strip():
+            why = ("the reply was empty: it ran out of tokens" if reply.finish_reason == "length"
+                   else "the reply was empty")
+            return Attempt(number, "", None, Failure.no_code(why), generation_s=generation_s)
+        extraction = extract_lua(reply.content)
+        if extraction is None or not extraction.code.strip():
+            return Attempt(number, reply.content, None,
+                           Failure.no_code("the reply holds no ```lua block"),
+                           generation_s=generation_s)
+        code = extraction.code
+        if cancel.cancelled:
+            raise Cancelled(cancel.reason)
+        script = Script(code, task.chunk, task.key, task.mod_id, task.permissions, budget,
+                        trace_id, number)
+        try:
+            result: Any = self.dry_run(script)
+        except ScriptError as exc:
+            failure = Failure.from_error(exc, task.chunk, (), self.registry, task.permissions)
+            return Attempt(number, reply.content, code, failure, generation_s=generation_s)
+        reports = tuple(getattr(result, "reports", ()) or ())
+        values = tuple(getattr(result, "values", ()) or ())
+        stats_obj = getattr(result, "stats", None)
+        stats = stats_obj.to_dict() if hasattr(stats_obj, "to_dict") else {}
+        error = getattr(result, "error", None)
+        if error is not None:
+            failure = Failure.from_error(error, task.chunk, reports, self.registry,
+                                         task.permissions)
+            return Attempt(number, reply.content, code, failure, (), reports, values, stats,
+                           generation_s)
+        checks = run_checks(task.checks, result)
+        failed = [c for c in checks if not c.passed]
+        failure = None
+        if failed:
+            message = "; ".join(f"{c.name}: {c.message}" for c in failed)
+            failure = Failure("check", f"acceptance check failed: {message}", reports=reports,
+                              checks=checks)
+        return Attempt(number, reply.content, code, failure, checks, reports, values, stats,
+                       generation_s)
+
+    def _sandbox_run(self, script: Script) -> RunResult:
+        api = self.registry.mod(script.mod_id, script.permissions)
+        try:
+            with api.sandbox(script.budget) as sandbox:
+                return sandbox.run(script.source, script.chunk)
+        finally:
+            api.close()
+
+    # -- versions -------------------------------------------------------------------------
+
+    def _author(self) -> str:
+        return self.author or getattr(self.client, "model", None) or self.role
+
+    def _record_success(self, task: Task, code: str, trace_id: str) -> int | None:
+        if self.store is None:
+            return None
+        revision = self.store.scripts.record_success(
+            task.key, code, author=self._author(), role=self.role, trace_id=trace_id)
+        return revision.rev
+
+    def _record_failure(self, task: Task, attempt: Attempt, trace_id: str) -> None:
+        if self.store is None or attempt.code is None or attempt.failure is None:
+            return
+        if task.key not in self.store.scripts:
+            # A key starts with a success (its original); the attempt stays in the result.
+            return
+        self.store.scripts.record_failure(
+            task.key, attempt.code, error=attempt.failure.summary(), author=self._author(),
+            role=self.role, trace_id=trace_id)
+
+    def _kept(self, key: str) -> tuple[str | None, int | None]:
+        if self.store is None or key not in self.store.scripts:
+            return None, None
+        try:
+            current = self.store.scripts.current(key)
+        except StoreError:
+            return None, None
+        return current.content, current.rev
+
+
+def _plain(value: Any) -> Any:
+    """Lua values as JSON can hold them (non-finite numbers as strings)."""
+    if isinstance(value, float) and value != value:
+        return "nan"
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return "inf" if value > 0 else "-inf"
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
