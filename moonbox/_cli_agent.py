@@ -26,9 +26,9 @@ from rich.table import Table
 from ._errors import MoonboxError
 from .agent import (
     DEFAULT_BUDGET,
+    ChatClient,
     Event,
     LLMClient,
-    OpenAIClient,
     Programmer,
     ProgrammerResult,
     ScriptedClient,
@@ -53,12 +53,12 @@ def _client(base_url: str | None, model: str | None, api_key_env: str | None,
         return ScriptedClient.from_file(replay)
     if base_url is None or model is None:
         raise click.UsageError("give --base-url and --model (or --replay FILE)")
-    return OpenAIClient(base_url, model, api_key_env=api_key_env)
+    return ChatClient(base_url, model, api_key_env=api_key_env)
 
 
 def _backend_options(fn: Any) -> Any:
     for option in reversed([
-        click.option("--base-url", help="An OpenAI-compatible API, e.g. http://127.0.0.1:8080/v1."),
+        click.option("--base-url", help="A chat-completions API, e.g. http://127.0.0.1:8080/v1."),
         click.option("--model", help="The model name to ask for."),
         click.option("--api-key-env", metavar="VAR",
                      help="The environment variable holding the API key (none: no key)."),

@@ -45,10 +45,10 @@ def test_subpackage_names():
         assert hasattr(moonbox.store, name)
 
     assert moonbox.agent.__all__ == [
-        "AgentError", "ApiStyle", "Attempt", "CancelToken", "Cancelled", "Check",
+        "AgentError", "ApiStyle", "Attempt", "CancelToken", "Cancelled", "ChatClient", "Check",
         "CheckResult", "ClientError", "ClientErrorCode", "CorpusTask", "DEFAULT_BUDGET",
         "Delta", "DryRun", "EVAL_BUDGET", "EvalReport", "Event", "EventName", "Extraction",
-        "Failure", "FailureKind", "GenerationLimited", "LLMClient", "Message", "OpenAIClient",
+        "Failure", "FailureKind", "GenerationLimited", "LLMClient", "Message",
         "Programmer", "ProgrammerResult", "PromptBuilder", "RETRYABLE_CODES", "RateLimit",
         "Reply", "RequestQueue", "Role", "RunResult", "ScratchRun", "ScratchRunResult",
         "Script", "ScriptedClient", "ScriptedReply", "Task", "ThinkSplitter", "Ticket",

@@ -3,7 +3,7 @@
 A :class:`Programmer` asks an :class:`LLMClient` for Lua, runs what it extracts in a
 sandbox built from the bindings registry (or through the host's dry-run hook), feeds every
 failure back to the model, and records the version that works in the versions store.
-Clients: :class:`OpenAIClient` (any OpenAI-compatible server) and :class:`ScriptedClient`
+Clients: :class:`ChatClient` (any chat-completions server) and :class:`ScriptedClient`
 (replays a file). :class:`RequestQueue` schedules agent work by priority with latest-wins
 scopes. See docs/agent.md.
 """
@@ -31,7 +31,7 @@ from ._eval import (
     run_repair_eval,
 )
 from ._extract import Extraction, extract_lua
-from ._http import OpenAIClient
+from ._http import ChatClient
 from ._loop import (
     DEFAULT_BUDGET,
     Attempt,
@@ -56,6 +56,7 @@ __all__ = [
     "Attempt",
     "CancelToken",
     "Cancelled",
+    "ChatClient",
     "Check",
     "CheckResult",
     "ClientError",
@@ -74,7 +75,6 @@ __all__ = [
     "GenerationLimited",
     "LLMClient",
     "Message",
-    "OpenAIClient",
     "Programmer",
     "ProgrammerResult",
     "PromptBuilder",

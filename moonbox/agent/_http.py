@@ -1,4 +1,4 @@
-"""The OpenAI-compatible HTTP client: ``POST {base_url}/chat/completions``, buffered or SSE.
+"""The chat-completions HTTP client: ``POST {base_url}/chat/completions``, buffered or SSE.
 
 One request, then the same checks whichever server answers. What this client absorbs, so
 that the loop sees one behaviour (each is a test in tests/agent/test_agent_http.py):
@@ -46,7 +46,7 @@ from ._client import Delta, Message, Reply
 from ._errors import ClientError, ClientErrorCode
 from ._reasoning import ThinkSplitter, split_reasoning
 
-__all__ = ["OpenAIClient"]
+__all__ = ["ChatClient"]
 
 log = logging.getLogger("moonbox.agent")
 
@@ -70,8 +70,8 @@ class _Secret:
     __str__ = __repr__
 
 
-class OpenAIClient:
-    """A chat-completions client for OpenAI-compatible servers.
+class ChatClient:
+    """A chat-completions client for chat-completions servers.
 
     Args:
         base_url: up to and including the API prefix, e.g. ``http://127.0.0.1:8080/v1``;
@@ -159,13 +159,13 @@ class OpenAIClient:
         )
 
     def __repr__(self) -> str:
-        return (f"OpenAIClient(base_url={self.base_url!r}, model={self.model!r}, "
+        return (f"ChatClient(base_url={self.base_url!r}, model={self.model!r}, "
                 f"api_key_env={self.api_key_env!r})")
 
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> OpenAIClient:
+    def __enter__(self) -> ChatClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

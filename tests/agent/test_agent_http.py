@@ -1,4 +1,4 @@
-"""The OpenAI-compatible client against a real chat-completions server on loopback."""
+"""The chat-completions client against a real chat-completions server on loopback."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from chat_server import ChatServer, chunk, completion, drop, reply_json, sse, stall
 
 from moonbox import ConfigError
-from moonbox.agent import ClientError, Message, OpenAIClient, collect
+from moonbox.agent import ChatClient, ClientError, Message, collect
 
 MESSAGES = [Message("system", "rules"), Message("user", "task")]
 KEY = "sk-test-0123456789abcdef"
@@ -37,7 +37,7 @@ def make_client(server, sleeps, monkeypatch):
         options.setdefault("sleep", sleeps.append)
         options.setdefault("idle_timeout_s", 2.0)
         options.setdefault("trust_env", False)
-        client = OpenAIClient(options.pop("base_url", server.url), "test-model", **options)
+        client = ChatClient(options.pop("base_url", server.url), "test-model", **options)
         made.append(client)
         return client
 
@@ -91,7 +91,7 @@ def test_no_key_sends_no_authorization(server, make_client):
 def test_a_missing_key_variable_is_a_config_error(monkeypatch):
     monkeypatch.delenv("MOONBOX_NO_SUCH_KEY", raising=False)
     with pytest.raises(ConfigError, match="MOONBOX_NO_SUCH_KEY"):
-        OpenAIClient("http://127.0.0.1:1/v1", "m", api_key_env="MOONBOX_NO_SUCH_KEY")
+        ChatClient("http://127.0.0.1:1/v1", "m", api_key_env="MOONBOX_NO_SUCH_KEY")
 
 
 # -- streaming ------------------------------------------------------------------------------
