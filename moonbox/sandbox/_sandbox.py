@@ -48,15 +48,18 @@ _PRELUDE_NAME = b"=[moonbox prelude]"
 # Runs the prelude: compiled once per process to bytecode (the host's own, never a mod's),
 # so a new sandbox loads it in ~20 µs instead of parsing it again in ~500 µs.
 _LOADER = b"""
-local code, name, config, dispatch = ...
+local code, name, config, dispatch, patterns = ...
 local f = assert(load(code, name, "b"))
-return f(config, dispatch)
+return f(config, dispatch, patterns)
 """
 @functools.cache
-def _prelude_bytecode() -> bytes:
+def _prelude_bytecode() -> tuple[bytes, bytes]:
+    """The prelude and the metered pattern functions, compiled once per process. Both carry
+    the prelude's chunk name: the count hook of jit=False treats them as host code."""
     rt = lua.LuaRuntime(register_eval=False, register_builtins=False, encoding=None)
     dump = rt.eval("function(src, name) return string.dump(assert(load(src, name, 't'))) end")
-    return bytes(dump(_PRELUDE, _PRELUDE_NAME))
+    patterns = resources.files("moonbox.sandbox").joinpath("patterns.lua").read_bytes()
+    return bytes(dump(_PRELUDE, _PRELUDE_NAME)), bytes(dump(patterns, _PRELUDE_NAME))
 
 
 # The allowlist as the prelude reads it: "name ... lib:field,field ...".
@@ -108,6 +111,11 @@ WORK_PER_STEP = 64
 COMPARISONS_PER_STEP = 4
 # table.sort of more values than this runs a metered sort, which the time budget can stop.
 SORT_NATIVE_MAX = 4096
+# Pattern calls: the native matcher runs when its worst case, (subject length + 1) to the
+# power of the pattern's repeating items + 1, is at most this many matcher steps, charged
+# at PATTERN_OPS_PER_STEP a step; beyond it the metered matcher (patterns.lua) runs.
+NATIVE_PATTERN_OPS = 100_000
+PATTERN_OPS_PER_STEP = 256
 
 Status = Literal["done", "yielded", "preempted", "error", "budget"]
 
@@ -580,13 +588,16 @@ class Sandbox:
                 "work_per_step": WORK_PER_STEP,
                 "comparisons_per_step": COMPARISONS_PER_STEP,
                 "sort_native_max": SORT_NATIVE_MAX,
+                "native_pattern_ops": NATIVE_PATTERN_OPS,
+                "pattern_ops_per_step": PATTERN_OPS_PER_STEP,
                 "host_call_margin_bytes": _HOST_CALL_MARGIN_BYTES,
                 "value_max_depth": limits.max_depth,
                 "value_max_items": limits.max_items,
                 "value_max_bytes": limits.max_bytes,
             },
         )
-        host = rt.execute(_LOADER, _prelude_bytecode(), _PRELUDE_NAME, config, self._dispatch)
+        prelude, patterns = _prelude_bytecode()
+        host = rt.execute(_LOADER, prelude, _PRELUDE_NAME, config, self._dispatch, patterns)
         self._rt = rt
         self._h_compile = host[b"compile"]
         self._h_start = host[b"start"]

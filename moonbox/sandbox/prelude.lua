@@ -7,7 +7,7 @@
 -- Mod code can never reach anything defined here: every name below is a local of this chunk,
 -- the environment a mod gets is a fresh table, and the library tables in it are copies.
 
-local config, dispatch = ...
+local config, dispatch, patterns_code = ...
 
 -- Everything the prelude uses is captured now, before any mod runs.
 local type, next, select, error, tostring, tonumber = type, next, select, error, tostring, tonumber
@@ -634,14 +634,121 @@ function wrapped_lib.table.sort(t, lt)
   return guarded_sort(t, lt)
 end
 
+-------------------------------------------------------------------------------------------
+-- Patterns. A native find/match/gmatch/gsub can backtrack for minutes inside one C call.
+-- The native matcher runs only when its worst case is small: at most NATIVE_PATTERN_OPS
+-- steps, where a pattern with k repeating items (* + - ? %b and back-references) on a
+-- subject of n bytes needs at most (n + 1)^(k + 1); that bound is charged. Any other call
+-- goes to the metered matcher of patterns.lua, which pays as it goes. A plain find with a
+-- short needle stays native (memchr and memcmp), charged for its subject.
+-------------------------------------------------------------------------------------------
+local NATIVE_PATTERN_OPS = config.native_pattern_ops
+local PATTERN_OPS_PER_STEP = config.pattern_ops_per_step
+local PLAIN_NEEDLE_MAX = 32
+local metered = assert(load(patterns_code, nil, "b"))()(charge)
+local s_match, s_gmatch, s_gsub = string.match, string.gmatch, string.gsub
+local guarded_gsub = depth_guarded(s_gsub, "string.gsub")
+
+-- Repeating items of each pattern seen (bounded, emptied when full); nil: not a string.
+local repeats_seen, repeats_seen_count = {}, 0
+local SPECIALS = "[%^%$%*%+%?%.%(%)%[%]%%%-]"
+
+local function repeats(p)
+  local k = repeats_seen[p]
+  if k ~= nil then return k end
+  if type(p) ~= "string" then return nil end
+  k = 0
+  local i, len = 1, #p
+  while i <= len do
+    local c = s_byte(p, i)
+    if c == 37 then  -- %
+      local d = s_byte(p, i + 1)
+      if d == 98 then k = k + 1 i = i + 4        -- %bxy
+      else
+        if d and d >= 49 and d <= 57 then k = k + 1 end  -- a back-reference
+        i = i + 2
+      end
+    elseif c == 91 then  -- a set: skip to its end ("]" first is a member)
+      i = i + 1
+      if s_byte(p, i) == 94 then i = i + 1 end
+      i = i + 1
+      while i <= len and s_byte(p, i) ~= 93 do
+        if s_byte(p, i) == 37 then i = i + 1 end
+        i = i + 1
+      end
+      i = i + 1
+    elseif c == 42 or c == 43 or c == 45 or c == 63 then  -- * + - ?
+      k = k + 1
+      i = i + 1
+    else
+      i = i + 1
+    end
+  end
+  if repeats_seen_count >= 256 then repeats_seen, repeats_seen_count = {}, 0 end
+  repeats_seen[p] = k
+  repeats_seen_count = repeats_seen_count + 1
+  return k
+end
+
+-- The worst-case steps of the native matcher on this call, or nil when it must not run.
+local function native_cost(s, p)
+  local k = repeats(p)
+  if k == nil or (type(s) ~= "string" and type(s) ~= "number") then return 0 end  -- errors
+  local n = coerced_len(s) + 1
+  local ops = n
+  for _ = 1, k do
+    ops = ops * n
+    if ops > NATIVE_PATTERN_OPS then return nil end
+  end
+  return ops
+end
+
+local function charge_ops(ops)
+  if ops >= PATTERN_OPS_PER_STEP then charge(floor(ops / PATTERN_OPS_PER_STEP)) end
+end
+
+function wrapped_lib.string.find(s, p, init, plain)
+  if type(p) == "string" and (plain or not s_find(p, SPECIALS)) and #p <= PLAIN_NEEDLE_MAX then
+    charge_work(coerced_len(s))
+    return s_find(s, p, init, plain)
+  end
+  local ops = native_cost(s, p)
+  if ops == nil then return metered.find(s, p, init, plain) end
+  charge_ops(ops)
+  return s_find(s, p, init, plain)
+end
+
+function wrapped_lib.string.match(s, p, init)
+  local ops = native_cost(s, p)
+  if ops == nil then return metered.match(s, p, init) end
+  charge_ops(ops)
+  return s_match(s, p, init)
+end
+
+-- Each call of a native gmatch iterator is one more match attempt: charged per call.
+function wrapped_lib.string.gmatch(s, p)
+  local ops = native_cost(s, p)
+  if ops == nil then return metered.gmatch(s, p) end
+  local step = s_gmatch(s, p)
+  return function()
+    charge_ops(ops)
+    return step()
+  end
+end
+
 -- gsub's result can be far longer than its input: charged once built (the heap cap bounds
 -- how long that can take).
-local guarded_gsub = depth_guarded(string.gsub, "string.gsub")
-function wrapped_lib.string.gsub(s, ...)
-  charge_work(coerced_len(s))
-  local r, n = guarded_gsub(s, ...)
-  charge_work(#r)
+local function gsub_result(r, n)
+  if type(r) == "string" then charge_work(#r) end
   return r, n
+end
+
+function wrapped_lib.string.gsub(s, p, ...)
+  local ops = native_cost(s, p)
+  if ops == nil then return gsub_result(metered.gsub(s, p, ...)) end
+  charge_ops(ops)
+  charge_work(coerced_len(s))
+  return gsub_result(guarded_gsub(s, p, ...))
 end
 
 -------------------------------------------------------------------------------------------

@@ -663,13 +663,9 @@ def test_non_tail_deep_recursion_ends_cleanly(jit, source):
         assert "overflow" in out.error.message or "too deeply" in out.error.message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known and documented (docs/threat-model.md, 'Not yet protected'): a library call "
-    "is one step whatever it costs, so after a cheap hot loop has grown the poll window K, "
-    "many costly calls (3000 x 0.7 ms string.find) run unpolled; charging library functions "
-    "by their input is the hardening issue's",
-)
+# Was open: a library call was one step whatever it cost, so after a cheap hot loop had
+# grown the poll window K, many costly calls ran unpolled. Library calls are now charged
+# for their work.
 @both_modes
 def test_the_time_budget_holds_after_the_window_grew_on_a_hot_loop(jit):
     # Each iteration of the second loop is ~0.7 ms of ordinary work (one quadratic string
@@ -714,14 +710,8 @@ def test_a_trip_during_a_binding_call_is_not_logged_as_a_host_bug(caplog):
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
-_UNINTERRUPTIBLE = pytest.mark.xfail(
-    strict=True,
-    reason="known and documented (docs/threat-model.md, 'Not yet protected'): one C call "
-    "runs to its end, so its time is not bounded by wall_s",
-)
-
-
-@_UNINTERRUPTIBLE
+# Was uninterruptible (one native find); a pattern whose worst case is large now runs in
+# the metered matcher.
 @both_modes
 def test_a_backtracking_pattern_is_stopped_by_the_time_budget(jit):
     source = "return string.find(string.rep('a', 27), string.rep('a*', 8) .. 'b')"
