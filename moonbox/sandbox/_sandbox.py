@@ -294,13 +294,16 @@ class FunctionHandle:
         line: the line where its definition starts.
     """
 
-    __slots__ = ("sandbox", "chunk", "line", "_fn", "_generation")
+    __slots__ = ("sandbox", "chunk", "line", "_key", "_generation", "__weakref__")
 
-    def __init__(self, sandbox: Sandbox, chunk: str, line: int, fn: Any, generation: int) -> None:
+    def __init__(self, sandbox: Sandbox, chunk: str, line: int, key: int, generation: int) -> None:
         self.sandbox = sandbox
         self.chunk = chunk
         self.line = line
-        self._fn = fn
+        # The function stays in the runtime, under this key: a Lua object made inside a
+        # run's coroutine must not outlive the call that received it (lupa would free it
+        # through the coroutine's state, which may be gone by then).
+        self._key: int | None = key
         self._generation = generation
 
     @property
@@ -312,11 +315,21 @@ class FunctionHandle:
     def valid(self) -> bool:
         """False once released, or when its sandbox is closed or its runtime replaced."""
         sb = self.sandbox
-        return self._fn is not None and not sb._closed and sb._generation == self._generation
+        return self._key is not None and not sb._closed and sb._generation == self._generation
 
     def release(self) -> None:
         """Drop the reference to the function (the runtime may collect it). Idempotent."""
-        self._fn = None
+        if self.valid:
+            self.sandbox._dropped.append(self._key)
+        self._key = None
+
+    def __del__(self) -> None:
+        # Only a list append: dropping the key from the runtime waits for the sandbox's
+        # next host entry (a collection can run anywhere, even inside a Lua call).
+        try:
+            self.release()
+        except Exception:  # interpreter shutdown
+            pass
 
     def __repr__(self) -> str:
         return f"<FunctionHandle {self.where}{'' if self.valid else ' (invalid)'}>"
@@ -522,6 +535,12 @@ class Sandbox:
             ``Budget.total_steps`` is then the hard cap. Needs ``jit=True``.
         host_functions: functions the mod may call (see :mod:`moonbox.bindings`).
         value_limits: limits on values crossing from Lua to Python.
+        seed: seeds the runtime's ``math.random`` (again after a replacement), so a mod's
+            random numbers replay; ``None`` picks one at random. The seed used is
+            :attr:`seed`.
+        deterministic: ``pairs`` visits keys in a fixed order (numbers, then strings, in
+            order; other keys by a per-sandbox id), instead of an order that depends on
+            the runtime's hash seed; it costs a sort per traversal. ``next`` stays raw.
 
     Raises:
         ConfigError: an option that cannot be enforced (``preempt`` without the JIT
@@ -536,11 +555,17 @@ class Sandbox:
         preempt: bool = False,
         host_functions: Iterable[HostFunction] = (),
         value_limits: ValueLimits | None = None,
+        seed: int | None = None,
+        deterministic: bool = False,
     ) -> None:
         self.budget = budget or Budget()
         self.jit = jit
         self.preempt = preempt
         self.value_limits = value_limits or ValueLimits()
+        if seed is not None and not (isinstance(seed, int) and 0 <= seed < 2**31):
+            raise ConfigError("seed must be an int in [0, 2**31)")
+        self.seed = secrets.randbelow(2**31) if seed is None else seed
+        self.deterministic = deterministic
         if preempt and not jit:
             raise ConfigError(
                 "preempt needs jit=True: the count hook of jit=False cannot yield"
@@ -594,6 +619,8 @@ class Sandbox:
                 "value_max_depth": limits.max_depth,
                 "value_max_items": limits.max_items,
                 "value_max_bytes": limits.max_bytes,
+                "seed": self.seed,
+                "deterministic": self.deterministic,
             },
         )
         prelude, patterns = _prelude_bytecode()
@@ -607,7 +634,11 @@ class Sandbox:
         self._h_expire = host[b"expire"]
         self._limit = self.budget.max_memory
         self._h_type = host[b"type_of"]
-        self._h_function_site = host[b"function_site"]
+        self._h_keep_function = host[b"keep_function"]
+        self._h_start_kept = host[b"start_kept"]
+        self._h_drop_kept = host[b"drop_kept"]
+        self._h_kept_count = host[b"kept_count"]
+        self._dropped: list[int] = []
         self._deadline = 0.0
         self._start = 0.0
         self._excluded_for: Run | None = None
@@ -663,6 +694,14 @@ class Sandbox:
         self._runs.clear()
         self._open_runtime()
         self.replacements += 1
+
+    @property
+    def functions_held(self) -> int:
+        """How many mod functions the host holds handles to (released ones not counted)."""
+        self._check_open()
+        if self._dropped:
+            self._drop_handles()
+        return int(self._h_kept_count())
 
     @property
     def memory_used_bytes(self) -> int:
@@ -766,7 +805,15 @@ class Sandbox:
             raise SandboxClosed(
                 f"{compiled.name} was compiled by a runtime that has been replaced; load it again"
             )
-        run_id = int(self._h_start(compiled._fn))
+        if self._dropped:
+            self._drop_handles()
+        if isinstance(source, FunctionHandle):
+            started = self._h_start_kept(compiled._fn)
+            if started is None:
+                raise SandboxClosed(f"the function at {source.where} was released")
+            run_id = int(started)
+        else:
+            run_id = int(self._h_start(compiled._fn))
         run = Run(self, compiled, run_id)
         self._runs[run_id] = run
         return run
@@ -778,7 +825,12 @@ class Sandbox:
             raise SandboxClosed(
                 f"the function at {handle.where} was released or its runtime replaced"
             )
-        return Chunk(handle.chunk, 0, handle._fn, handle._generation)
+        return Chunk(handle.chunk, 0, handle._key, handle._generation)
+
+    def _drop_handles(self) -> None:
+        dropped, self._dropped = self._dropped, []
+        for key in dropped:
+            self._h_drop_kept(key)
 
     def run(
         self,
@@ -1010,12 +1062,13 @@ class Sandbox:
         # mod for a host function that takes callbacks, or refused.
         kind = _text(self._h_type(value))
         if kind == "function" and getattr(hf, "accepts_functions", False):
-            site = self._h_function_site(value)
-            if type(site) is not tuple:
+            kept = self._h_keep_function(value)
+            if type(kept) is not tuple:
                 raise BindingError(
                     f"argument {index}: only a function defined by the mod can be passed"
                 )
-            return FunctionHandle(self, _text(site[0]), int(site[1]), value, self._generation)
+            return FunctionHandle(self, _text(kept[1]), int(kept[2]), int(kept[0]),
+                                  self._generation)
         if kind != "table":
             raise BindingError(f"argument {index}: a {kind} cannot cross to the host")
         problem = self._h_check_argument(value)

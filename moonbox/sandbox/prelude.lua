@@ -859,6 +859,49 @@ function wrapped_lib.string.format(fmt, ...)
   return format_slow(fmt, ...)
 end
 
+-------------------------------------------------------------------------------------------
+-- Replay: math.random starts from the sandbox's seed; in deterministic mode pairs visits
+-- keys in a fixed order (the order of next follows the runtime's string hash seed).
+-------------------------------------------------------------------------------------------
+math.randomseed(config.seed)
+
+local KEY_RANK = { number = 1, string = 2, boolean = 3 }
+
+local function key_less(a, b)
+  local ta, tb = type(a), type(b)
+  if ta ~= tb then return (KEY_RANK[ta] or 4) < (KEY_RANK[tb] or 4) or
+    (KEY_RANK[ta] == nil and KEY_RANK[tb] == nil and ta < tb) end
+  if ta == "number" or ta == "string" then return a < b end
+  if ta == "boolean" then return b and not a end
+  return object_id(a) < object_id(b)
+end
+
+local function ordered_pairs(t)
+  if type(t) ~= "table" then return pairs(t) end  -- the usual error
+  local keys, n = {}, 0
+  for k in next, t do
+    n = n + 1
+    keys[n] = k
+  end
+  charge_work(n)
+  if n > 1 then
+    charge(floor(n * (log(n) / log(2) + 1) / COMPARISONS_PER_STEP) + 1)
+    t_sort(keys, key_less)
+  end
+  local i = 0
+  return function()
+    while i < n do
+      i = i + 1
+      local k = keys[i]
+      local v = rawget_(t, k)
+      if v ~= nil then return k, v end  -- a key removed during the traversal is skipped
+    end
+    return nil
+  end, t, nil
+end
+
+if config.deterministic then wrapped.pairs = ordered_pairs end
+
 function wrapped.collectgarbage(opt)
   if opt == "count" then return collectgarbage("count") end
   error("collectgarbage: only \"count\" is available in a mod", 2)
@@ -1018,6 +1061,40 @@ function host.close(id)
   runs[id] = nil
 end
 
+-- Functions the host holds handles to, by key. The host never keeps a Lua object of its
+-- own past the call that gave it: an object made inside a run's coroutine remembers that
+-- coroutine, and freeing it after the coroutine was collected would touch freed memory.
+local kept, last_kept, kept_count = {}, 0, 0
+
+-- Keeps `fn`, a function of a mod chunk; returns its key, chunk name and first line, or
+-- nil for anything else (library and C functions cannot be a run's body).
+function host.keep_function(fn)
+  if type(fn) ~= "function" then return nil end
+  local info = getinfo(fn, "S")
+  if not info or not m_chunks[info.source] or info.what ~= "Lua" then return nil end
+  last_kept = last_kept + 1
+  kept[last_kept] = fn
+  kept_count = kept_count + 1
+  return last_kept, info.source, info.linedefined
+end
+
+function host.start_kept(key)
+  local fn = kept[key]
+  if fn == nil then return nil end
+  return host.start(fn)
+end
+
+function host.drop_kept(key)
+  if kept[key] ~= nil then
+    kept[key] = nil
+    kept_count = kept_count - 1
+  end
+end
+
+function host.kept_count()
+  return kept_count
+end
+
 local VALUE_MAX_DEPTH = config.value_max_depth
 local VALUE_MAX_ITEMS = config.value_max_items
 local VALUE_MAX_BYTES = config.value_max_bytes
@@ -1146,15 +1223,6 @@ end
 -- approval a person answers): the deadline moves by the time that work took.
 function host.extend(seconds)
   if m_active then m_deadline = m_deadline + seconds end
-end
-
--- Where a function of a mod chunk was defined (chunk name and first line), for a callback
--- handle; nil for anything else (library and C functions cannot be a run's body).
-function host.function_site(fn)
-  if type(fn) ~= "function" then return nil end
-  local info = getinfo(fn, "S")
-  if not info or not m_chunks[info.source] or info.what ~= "Lua" then return nil end
-  return info.source, info.linedefined
 end
 
 function host.type_of(value)

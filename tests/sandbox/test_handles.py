@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+import subprocess
+import sys
+
 import pytest
 from pydantic import BaseModel
 
@@ -155,3 +159,51 @@ def test_registry_bindings_take_callbacks_and_stubs_type_them(jit):
     stubs = render_stubs(registry, Permissions(mode="full"))
     assert "---@param fn function" in stubs
     registry.close()
+
+
+# Found by the engine's work: a handle used to hold the Lua function object lupa made
+# inside the registering run's coroutine; lupa frees such an object through that
+# coroutine's state, so releasing the handle after the coroutine was collected crashed the
+# process. Run in a child process, so a crash fails the test instead of the suite.
+_RELEASE_AFTER_THE_RUN_IS_GONE = """
+from pydantic import BaseModel
+from moonbox.bindings import Binding, LuaFunction, Registry
+from moonbox.sandbox import Budget
+
+class OnArgs(BaseModel):
+    event: str
+    fn: LuaFunction
+
+got = []
+registry = Registry()
+registry.register(Binding("on", OnArgs, lambda call, args: got.append(args.fn)))
+sb = registry.mod("m").sandbox(Budget(max_memory="16MB", alloc_bytes="1MB"))
+sb.run("on('tick', function(t) return t end)", "@m.lua")
+for _ in range(5000):
+    assert sb.run(got[0], args=(1,)).value == 1
+got[0].release()
+sb.run("for i = 1, 50 do on('x', function() end) end")
+del got[:]
+import gc
+gc.collect()
+assert sb.run("return 'alive'").value == "alive"
+print("ok")
+"""
+
+
+def test_releasing_a_handle_after_its_run_is_collected_is_safe():
+    proc = subprocess.run([sys.executable, "-c", _RELEASE_AFTER_THE_RUN_IS_GONE],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "ok"
+
+
+def test_released_and_collected_handles_free_their_functions(sandbox, handlers):
+    sandbox.run("for i = 1, 200 do on('x', function() return i end) end")
+    assert len(handlers["x"]) == 200 and sandbox.functions_held == 200
+    assert sandbox.run(handlers["x"][5]).value == 6
+    handlers["x"][0].release()
+    assert sandbox.functions_held == 199
+    handlers.clear()  # the other 199 are collected by Python
+    gc.collect()
+    assert sandbox.functions_held == 0

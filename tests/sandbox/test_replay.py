@@ -1,0 +1,112 @@
+"""Replay: seeded randomness, a fixed pairs order, no addresses — the same run twice."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from moonbox import ConfigError, Sandbox
+
+PROGRAM = """
+local t = {}
+for _, k in ipairs({"alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"}) do
+  t[k] = math.random(1, 1000)
+end
+t[3], t[1.5], t[true] = 1, 2, 3
+local out = {}
+for k, v in pairs(t) do out[#out + 1] = tostring(k) .. "=" .. v end
+out[#out + 1] = tostring({}) .. string.format("%p", function() end)
+return table.concat(out, " ")
+"""
+
+
+def run(source, **options):
+    with Sandbox(**options) as sb:
+        return sb.run(source)
+
+
+@pytest.mark.parametrize("jit", [True, False], ids=["jit", "hook"])
+def test_the_same_seed_replays_the_same_output(jit):
+    first = run(PROGRAM, seed=42, deterministic=True, jit=jit)
+    second = run(PROGRAM, seed=42, deterministic=True, jit=jit)
+    assert first.ok and first.value == second.value
+    assert first.value.startswith("1.5=2 3=1 alpha=")
+
+
+def test_other_seeds_give_other_numbers():
+    values = {run("return math.random(1, 2^30)", seed=s).value for s in range(5)}
+    assert len(values) == 5
+
+
+def test_a_sandbox_without_a_seed_picks_one_and_says_which():
+    with Sandbox() as sb:
+        assert 0 <= sb.seed < 2**31
+        value = sb.run("return math.random(1, 2^30)").value
+    assert run("return math.random(1, 2^30)", seed=sb.seed).value == value
+
+
+@pytest.mark.parametrize("seed", [-1, 2**31, 1.5, "7"])
+def test_bad_seeds_are_refused(seed):
+    with pytest.raises(ConfigError, match="seed"):
+        Sandbox(seed=seed)
+
+
+def test_random_state_is_the_mods_own():
+    with Sandbox(seed=1) as a, Sandbox(seed=1) as b:
+        a.run("math.randomseed(99) for i = 1, 10 do math.random() end")
+        assert b.run("return math.random(1, 2^30)").value == run(
+            "return math.random(1, 2^30)", seed=1).value
+
+
+def test_a_replaced_runtime_is_seeded_again():
+    with Sandbox(seed=5) as sb:
+        first = sb.run("return math.random(1, 2^30)").value
+        sb.reset()
+        assert sb.run("return math.random(1, 2^30)").value == first
+
+
+def test_deterministic_pairs_skips_keys_removed_during_the_traversal():
+    out = run("""
+    local t = {a = 1, b = 2, c = 3, d = 4}
+    local seen = {}
+    for k in pairs(t) do
+      seen[#seen + 1] = k
+      t.c = nil
+    end
+    return table.concat(seen, ",")
+    """, deterministic=True)
+    assert out.value == "a,b,d"
+
+
+def test_deterministic_pairs_is_charged_for_its_sort():
+    steps = []
+    for n in (10, 20_000):
+        out = run(f"local t = {{}} for i = 1, {n} do t['k' .. i] = i end "
+                  "local c = 0 for k in pairs(t) do c = c + 1 end return c", deterministic=True)
+        assert out.value == n
+        steps.append(out.stats.steps)
+    assert steps[1] > steps[0] + 20_000
+
+
+def test_deterministic_pairs_keeps_the_usual_error():
+    out = run("for k in pairs(nil) do end", deterministic=True)
+    assert out.status == "error" and "bad argument #1 to 'pairs'" in out.error.message
+
+
+@settings(max_examples=50, deadline=None)
+@given(keys=st.lists(st.one_of(st.integers(-100, 100), st.text("abc", max_size=4),
+                               st.booleans()), max_size=30, unique=True))
+def test_deterministic_pairs_visits_every_key_once_in_order(keys):
+    def rank(k):
+        if isinstance(k, bool):
+            return (3, k)
+        return (1, k) if isinstance(k, int) else (2, k)
+
+    out = Sandbox(deterministic=True).run(
+        "local keys = ... local t = {} for i = 1, #keys do t[keys[i]] = i end "
+        "local seen = {} for k in pairs(t) do seen[#seen + 1] = k end return seen",
+        args=(keys,),
+    )
+    assert out.ok, out.error
+    assert (out.value or []) == sorted(keys, key=rank)
