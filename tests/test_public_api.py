@@ -22,13 +22,14 @@ def test_top_level_names():
 
 def test_subpackage_names():
     assert moonbox.sandbox.__all__ == [
-        "ALLOWED_GLOBALS", "ALLOWED_LIBRARIES", "Budget", "Chunk", "DENIED", "HostCall",
+        "ALLOWED_GLOBALS", "ALLOWED_LIBRARIES", "Budget", "Chunk", "DENIED", "FunctionHandle",
+        "HostCall",
         "HostFunction", "Outcome", "Run", "Sandbox", "Stats", "Status", "ValueLimits",
         "parse_size",
     ]
     assert moonbox.bindings.__all__ == [
         "AddArgs", "Answer", "ApprovalRequest", "Approver", "Binding", "CallInfo", "Decision",
-        "Hook", "LuaNumber", "MODES", "ModApi", "Mode", "Permissions", "QueryInfo",
+        "Hook", "LuaFunction", "LuaNumber", "MODES", "ModApi", "Mode", "Permissions", "QueryInfo",
         "QuerySource", "REFUSAL_CODES", "Registry", "ReportArgs", "Risk", "Scope",
         "ScopeClosed", "Veto", "add", "default_bindings", "render_stubs", "report",
     ]

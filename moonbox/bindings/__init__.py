@@ -5,7 +5,7 @@ A :class:`Binding` is a named Python function with a pydantic model for its argu
 into one mod's API under that mod's :class:`Permissions`.
 """
 
-from ._binding import Binding, LuaNumber
+from ._binding import Binding, LuaFunction, LuaNumber
 from ._defaults import AddArgs, ReportArgs, add, default_bindings, report
 from ._hooks import CallInfo, Hook, Veto
 from ._permissions import MODES, Decision, Mode, Permissions, Risk
@@ -23,6 +23,7 @@ __all__ = [
     "CallInfo",
     "Decision",
     "Hook",
+    "LuaFunction",
     "LuaNumber",
     "MODES",
     "ModApi",

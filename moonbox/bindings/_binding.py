@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import re
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, StrictFloat, ValidationError
+from pydantic import BaseModel, PlainValidator, StrictFloat, ValidationError, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
 from .._errors import BindingError
-from ..sandbox import HostCall
+from ..sandbox import FunctionHandle, HostCall
 from ._permissions import Risk
 
-__all__ = ["Binding", "LuaNumber", "Risk"]
+__all__ = ["Binding", "LuaFunction", "LuaNumber", "Risk"]
 
 _RISKS = ("read", "write", "danger")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -33,6 +35,7 @@ _PYDANTIC_PHRASES = {
     "missing": "missing",
     "extra_forbidden": "unexpected argument",
     "finite_number": "expected a finite number",
+    "function_type": "expected a function",
 }
 
 
@@ -40,6 +43,27 @@ _PYDANTIC_PHRASES = {
 # as every Lua number is a double; strings and booleans that look like numbers are refused.
 LuaNumber = StrictFloat
 """A Lua number: an int or float, never a string or boolean that looks like one."""
+
+
+def _check_function(value: Any) -> FunctionHandle:
+    if not isinstance(value, FunctionHandle):
+        raise PydanticCustomError("function_type", "expected a function")
+    return value
+
+
+LuaFunction = Annotated[
+    FunctionHandle,
+    PlainValidator(_check_function),
+    WithJsonSchema({"type": "string", "format": "lua-function"}),
+]
+"""A function of the mod, passed as a callback: the binding gets a :class:`FunctionHandle`
+(positional arguments only; functions inside tables are refused)."""
+
+
+def _takes_functions(annotation: Any) -> bool:
+    if annotation is FunctionHandle:
+        return True
+    return any(_takes_functions(a) for a in typing.get_args(annotation))
 
 
 def _lua_type(value: Any) -> str:
@@ -51,6 +75,8 @@ def _lua_type(value: Any) -> str:
         return "number"
     if isinstance(value, str):
         return "string"
+    if isinstance(value, FunctionHandle):
+        return "function"
     return "table"
 
 
@@ -104,6 +130,9 @@ class Binding:
         ):
             raise ValueError(f"binding {self.name}: result must be a pydantic model class")
         fields = tuple(self.args.model_fields)
+        object.__setattr__(self, "accepts_functions", any(
+            _takes_functions(f.annotation) for f in self.args.model_fields.values()
+        ))
         object.__setattr__(self, "_fields", fields)
         object.__setattr__(self, "_field_set", frozenset(fields))
         object.__setattr__(self, "_validate", self.args.__pydantic_validator__.validate_python)

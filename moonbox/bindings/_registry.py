@@ -335,11 +335,13 @@ class ModApi:
 class _ModFunction:
     """A binding as one mod calls it: availability, validation, approval, hooks, result."""
 
-    __slots__ = ("name", "cost", "binding", "_api", "_ask", "_version", "_pre", "_post")
+    __slots__ = ("name", "cost", "accepts_functions", "binding", "_api", "_ask", "_version",
+                 "_pre", "_post")
 
     def __init__(self, api: ModApi, binding: Binding, ask: bool) -> None:
         self.name = binding.name
         self.cost = binding.cost
+        self.accepts_functions = binding.accepts_functions  # type: ignore[attr-defined]
         self.binding = binding
         self._api = api
         self._ask = ask

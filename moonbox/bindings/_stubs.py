@@ -389,6 +389,8 @@ class _Writer:
             return out
         if kinds == "null":
             return _Type(nullable=True)
+        if kinds == "string" and schema.get("format") == "lua-function":
+            return _Type(["function"])
         if kinds in ("string", "integer", "number", "boolean"):
             return _Type([kinds])
         if kinds == "array":

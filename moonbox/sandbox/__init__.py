@@ -3,7 +3,17 @@
 from ._budget import Budget, parse_size
 from ._environment import ALLOWED_GLOBALS, ALLOWED_LIBRARIES, DENIED
 from ._marshal import ValueLimits
-from ._sandbox import Chunk, HostCall, HostFunction, Outcome, Run, Sandbox, Stats, Status
+from ._sandbox import (
+    Chunk,
+    FunctionHandle,
+    HostCall,
+    HostFunction,
+    Outcome,
+    Run,
+    Sandbox,
+    Stats,
+    Status,
+)
 
 __all__ = [
     "ALLOWED_GLOBALS",
@@ -11,6 +21,7 @@ __all__ = [
     "Budget",
     "Chunk",
     "DENIED",
+    "FunctionHandle",
     "HostCall",
     "HostFunction",
     "Outcome",

@@ -249,6 +249,8 @@ class HostFunction(Protocol):
 
     name: str
     cost: int
+    # Optional: ``accepts_functions = True`` lets a mod pass its own functions as
+    # arguments; they arrive as :class:`FunctionHandle` objects.
 
     def __call__(self, call: HostCall, args: tuple[Any, ...]) -> tuple[Any, ...]: ...
 
@@ -261,6 +263,48 @@ class Chunk:
     checks: int
     _fn: Any = field(repr=False)
     _generation: int = field(repr=False)
+
+
+class FunctionHandle:
+    """An opaque handle to a function of a mod, for the host to run later as a budgeted run.
+
+    A host function receives one when it declares it accepts functions (a binding whose
+    argument model has a ``moonbox.bindings.LuaFunction`` field) and the mod passes one of
+    its own functions. The host can only run it: ``sandbox.start(handle)`` or
+    ``sandbox.run(handle, args=...)``, under the sandbox's budget like any run.
+
+    Attributes:
+        sandbox: the sandbox whose runtime holds the function.
+        chunk: the chunk that defined it (``@mods/waves/main.lua``).
+        line: the line where its definition starts.
+    """
+
+    __slots__ = ("sandbox", "chunk", "line", "_fn", "_generation")
+
+    def __init__(self, sandbox: Sandbox, chunk: str, line: int, fn: Any, generation: int) -> None:
+        self.sandbox = sandbox
+        self.chunk = chunk
+        self.line = line
+        self._fn = fn
+        self._generation = generation
+
+    @property
+    def where(self) -> str:
+        """``chunk:line`` of the definition, for attribution (``mods/waves/main.lua:12``)."""
+        return f"{_short(self.chunk)}:{self.line}"
+
+    @property
+    def valid(self) -> bool:
+        """False once released, or when its sandbox is closed or its runtime replaced."""
+        sb = self.sandbox
+        return self._fn is not None and not sb._closed and sb._generation == self._generation
+
+    def release(self) -> None:
+        """Drop the reference to the function (the runtime may collect it). Idempotent."""
+        self._fn = None
+
+    def __repr__(self) -> str:
+        return f"<FunctionHandle {self.where}{'' if self.valid else ' (invalid)'}>"
 
 
 def _short(chunk: str) -> str:
@@ -542,6 +586,7 @@ class Sandbox:
         self._h_expire = host[b"expire"]
         self._limit = self.budget.max_memory
         self._h_type = host[b"type_of"]
+        self._h_function_site = host[b"function_site"]
         self._deadline = 0.0
         self._start = 0.0
         self._excluded_for: Run | None = None
@@ -678,16 +723,24 @@ class Sandbox:
 
     # -- running -------------------------------------------------------------------------
 
-    def start(self, source: str | bytes | Chunk, chunk: str = "=(mod)") -> Run:
+    def start(self, source: str | bytes | Chunk | FunctionHandle, chunk: str = "=(mod)") -> Run:
         """Compile (unless given a :class:`Chunk`) and create a run; nothing runs yet.
+
+        Given a :class:`FunctionHandle`, the run calls that function: the first resume's
+        arguments are its arguments.
 
         Raises:
             ScriptError: kind ``syntax`` (see :meth:`load`).
-            SandboxClosed: the chunk belongs to a closed or replaced runtime.
+            SandboxClosed: the chunk or handle belongs to a closed or replaced runtime, or
+                the handle was released.
+            ConfigError: the handle belongs to another sandbox.
         """
         self._check_open()
         self._loosen()
-        compiled = source if isinstance(source, Chunk) else self.load(source, chunk)
+        if isinstance(source, FunctionHandle):
+            compiled = self._handle_chunk(source)
+        else:
+            compiled = source if isinstance(source, Chunk) else self.load(source, chunk)
         if compiled._generation != self._generation:
             raise SandboxClosed(
                 f"{compiled.name} was compiled by a runtime that has been replaced; load it again"
@@ -697,9 +750,18 @@ class Sandbox:
         self._runs[run_id] = run
         return run
 
+    def _handle_chunk(self, handle: FunctionHandle) -> Chunk:
+        if handle.sandbox is not self:
+            raise ConfigError(f"the function at {handle.where} belongs to another sandbox")
+        if not handle.valid:
+            raise SandboxClosed(
+                f"the function at {handle.where} was released or its runtime replaced"
+            )
+        return Chunk(handle.chunk, 0, handle._fn, handle._generation)
+
     def run(
         self,
-        source: str | bytes | Chunk,
+        source: str | bytes | Chunk | FunctionHandle,
         chunk: str = "=(mod)",
         *,
         args: Sequence[Any] = (),
@@ -846,7 +908,7 @@ class Sandbox:
             # The hot path of every binding call: kept flat on purpose.
             for value in args:
                 if value is not None and type(value) not in _SCALARS:
-                    args = self._plain_arguments(args)
+                    args = self._plain_arguments(args, hf)
                     break
             result = hf(call, args)
             if not result:
@@ -898,7 +960,7 @@ class Sandbox:
                 out.append(self._build_table(value))
         return tuple(out)
 
-    def _plain_arguments(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    def _plain_arguments(self, args: tuple[Any, ...], hf: HostFunction) -> tuple[Any, ...]:
         plain = []
         for index, value in enumerate(args, 1):
             kind = type(value)
@@ -907,7 +969,7 @@ class Sandbox:
             elif value is None or kind in _SCALARS:
                 plain.append(value)
             else:
-                plain.append(self._argument(value, index))
+                plain.append(self._argument(value, index, hf))
         return tuple(plain)
 
     def _build_table(self, value: Any) -> Any:
@@ -922,9 +984,17 @@ class Sandbox:
             rt.set_max_memory(self._limit, True)
             self._current_limit = self._limit
 
-    def _argument(self, value: Any, index: int) -> Any:
-        # A Lua object (scalars never get here): a table of plain data, or refused.
+    def _argument(self, value: Any, index: int, hf: HostFunction) -> Any:
+        # A Lua object (scalars never get here): a table of plain data, a function of the
+        # mod for a host function that takes callbacks, or refused.
         kind = _text(self._h_type(value))
+        if kind == "function" and getattr(hf, "accepts_functions", False):
+            site = self._h_function_site(value)
+            if type(site) is not tuple:
+                raise BindingError(
+                    f"argument {index}: only a function defined by the mod can be passed"
+                )
+            return FunctionHandle(self, _text(site[0]), int(site[1]), value, self._generation)
         if kind != "table":
             raise BindingError(f"argument {index}: a {kind} cannot cross to the host")
         problem = self._h_check_argument(value)

@@ -740,6 +740,15 @@ function host.extend(seconds)
   if m_active then m_deadline = m_deadline + seconds end
 end
 
+-- Where a function of a mod chunk was defined (chunk name and first line), for a callback
+-- handle; nil for anything else (library and C functions cannot be a run's body).
+function host.function_site(fn)
+  if type(fn) ~= "function" then return nil end
+  local info = getinfo(fn, "S")
+  if not info or not m_chunks[info.source] or info.what ~= "Lua" then return nil end
+  return info.source, info.linedefined
+end
+
 function host.type_of(value)
   return type(value)
 end
