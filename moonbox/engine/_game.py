@@ -23,15 +23,19 @@ from ._mod import Callback, CallbackKind, Event, Failure, Mod, Quarantine, Task
 
 __all__ = ["DEFAULT_BUDGET", "Game", "TickReport"]
 
-DEFAULT_BUDGET = Budget(steps=200_000, wall_s=0.05, alloc_bytes=4 << 20, max_memory=32 << 20)
-"""The budget of each call of a mod unless the host gives another."""
+DEFAULT_BUDGET = Budget(steps=200_000, wall_s=0.25, alloc_bytes=4 << 20, max_memory=32 << 20)
+"""The budget of each call of a mod unless the host gives another. Steps are the
+deterministic bound; the wall budget is generous because a host pause (a garbage
+collection of a thousand runtimes) lands inside whichever call is running."""
 
 RUNTIME_CHUNK = "@moonbox/engine/mod_runtime.lua"
 _RUNTIME = resources.files("moonbox.engine").joinpath("mod_runtime.lua").read_text("utf-8")
 
-# The dispatcher's protocol (see mod_runtime.lua).
-_OP_CALL, _OP_TASK, _OP_EXPORT, _OP_FORGET = 1, 2, 3, 4
+# The dispatcher's protocol (see mod_runtime.lua): resumed with (what, a, b, c), where
+# what > 0 calls callback `what`, what < 0 resumes task -what, a string calls that export
+# and 0 forgets task a; it yields (code, x, y).
 _DONE, _WAIT, _FAILED, _MISSING = 0, 1, 2, 3
+_DONE_ONLY = (_DONE, None, None)  # what a handler that returned normally yields
 
 _MOD_ID = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 _POSITION = re.compile(r"^(.*?):(\d+): (.*)$", re.DOTALL)
@@ -387,12 +391,38 @@ class Game:
                 if mod.quarantine is not None:
                     return
                 del mod.tasks[task.id]
-                values = self._resume(mod, task.label, task.where, None, _OP_TASK, task.id)
+                values = self._resume(mod, task.label, task.where, None, -task.id)
                 if values is not None and values[0] == _WAIT:
                     self._park(mod, values, task.label, task.where)
 
     def _invoke(self, mod: Mod, cb: Callback, args: tuple[Any, ...]) -> None:
-        values = self._resume(mod, cb.label, cb.where, None, _OP_CALL, cb.id, *args)
+        # The hot path of every handler call: a success is settled here, kept flat.
+        run = mod._run
+        if run is not None and run._open:
+            self._chain.append(mod.id)
+            try:
+                outcome = run.resume(cb.id, *args)
+            except MoonboxError as exc:
+                self._lost(mod, f"lost its runtime: {exc}")
+                return
+            finally:
+                self._chain.pop()
+            if outcome[0] == "yielded" and outcome[1] == _DONE_ONLY:
+                self._report.calls += 1
+                stats = mod.stats
+                s = outcome[4]
+                stats.calls += 1
+                stats.steps += s[0]
+                stats.wall_s += s[2]
+                if s[1] > stats.memory_peak_bytes:
+                    stats.memory_peak_bytes = s[1]
+                if outcome[3]:
+                    self._report.reports.extend((mod.id, line) for line in outcome[3])
+                mod.failures_in_a_row = mod.trips_in_a_row = 0
+                return
+            values = self._settle(mod, cb.label, cb.where, outcome)
+        else:
+            values = self._resume(mod, cb.label, cb.where, None, cb.id, *args)
         if values is None:
             return
         code = values[0]
@@ -404,7 +434,7 @@ class Game:
     def _park(self, mod: Mod, values: tuple[Any, ...], label: str, where: str) -> None:
         task_id, ticks = int(values[1]), int(values[2])
         if len(mod.tasks) >= self.limits.max_tasks:
-            self._resume(mod, label, where, None, _OP_FORGET, task_id)
+            self._resume(mod, label, where, None, 0, task_id)
             error = ScriptError(
                 f"too many handlers are waiting at once (at most {self.limits.max_tasks}); "
                 "this one was stopped: wait in fewer places, or for fewer ticks",
@@ -414,7 +444,7 @@ class Game:
         mod.tasks[task_id] = Task(task_id, self._tick + max(1, ticks), label, where)
 
     def _resume(self, mod: Mod, label: str, where: str, budget: Budget | None,
-                op: int, ident: Any, *args: Any) -> tuple[Any, ...] | None:
+                what: Any, *args: Any) -> tuple[Any, ...] | None:
         """One budgeted call into the mod's dispatcher; the values it yielded, or ``None``
         when the call failed (recorded) or could not be made."""
         run = mod._run
@@ -424,12 +454,16 @@ class Game:
                 return None
         self._chain.append(mod.id)
         try:
-            outcome = run.resume(op, ident, *args, budget=budget)
+            outcome = run.resume(what, *args, budget=budget)
         except MoonboxError as exc:
             self._lost(mod, f"lost its runtime: {exc}")
             return None
         finally:
             self._chain.pop()
+        return self._settle(mod, label, where, outcome)
+
+    def _settle(self, mod: Mod, label: str, where: str,
+                outcome: Outcome) -> tuple[Any, ...] | None:
         self._report.calls += 1
         self._account(mod, outcome)
         if outcome.status == "yielded":
@@ -705,7 +739,7 @@ class Game:
         budget = target.budget
         if left < budget.wall_s:
             budget = budget.model_copy(update={"wall_s": left})
-        values = self._resume(target, f"export {name!r}", where, budget, _OP_EXPORT, name, arg)
+        values = self._resume(target, f"export {name!r}", where, budget, name, arg)
         if values is None or values[0] != _DONE:
             failure = self._report.failures[-1] if self._report.failures else None
             why = f": {failure.error.message}" if failure and failure.mod == mod_id else ""

@@ -26,6 +26,7 @@ class Callback:
         interval: ticks between calls of a timer.
         due: the tick a timer fires next.
         where: ``chunk:line`` where the function was defined.
+        label: how failures name it: ``on('tick')``, ``every(5)``, ``after(3)``.
     """
 
     id: int
@@ -34,13 +35,14 @@ class Callback:
     interval: int = 0
     due: int = 0
     where: str = "?"
+    label: str = field(init=False)
 
-    @property
-    def label(self) -> str:
-        """How errors name it: ``on('tick')``, ``every(5)``, ``after(3)``."""
+    def __post_init__(self) -> None:
+        # How failures name it: on('tick'), every(5), after(3).
         if self.kind == "on":
-            return f"on({self.event!r})"
-        return f"{self.kind}({self.interval})"
+            self.label = f"on({self.event!r})"
+        else:
+            self.label = f"{self.kind}({self.interval})"
 
 
 @dataclass(slots=True)

@@ -7,9 +7,10 @@
 -- dispatcher: a loop the host resumes once per handler call, each resume under its own
 -- budget.
 --
--- The host resumes the dispatcher with (op, id, a, b, c) and gets back (code, x, y):
---   op 1: call callback `id` with a, b, c         op 2: resume waiting task `id`
---   op 3: call export `id` (a name) with a        op 4: forget task `id`
+-- The host resumes the dispatcher with (what, a, b, c) and gets back (code, x, y); `what`
+-- says what to do, in as few arguments as possible (each costs the host a conversion):
+--   what > 0: call callback `what` with a, b, c   what < 0: resume waiting task -what
+--   what a string: call that export with a        what == 0: forget waiting task a
 --   code 0: done (x: an export's result)          code 1: waiting: task x for y ticks
 --   code 2: failed with message x                 code 3: no such callback, task or export
 
@@ -162,25 +163,30 @@ local function start(fn, a, b, c)
   return settle(co, co_resume(co, fn, a, b, c))
 end
 
-local function dispatcher(op, id, a, b, c)
+local function dispatcher(what, a, b, c)
   while true do
     local code, x, y = 3, nil, nil
-    if op == 1 then
-      local fn = callbacks[id]
-      if fn ~= nil then
-        if once[id] then
-          callbacks[id], once[id] = nil, nil
+    if type(what) == "number" then
+      if what > 0 then
+        local fn = callbacks[what]
+        if fn ~= nil then
+          if once[what] then
+            callbacks[what], once[what] = nil, nil
+          end
+          code, x, y = start(fn, a, b, c)
         end
-        code, x, y = start(fn, a, b, c)
+      elseif what < 0 then
+        local co = tasks[-what]
+        if co ~= nil then
+          tasks[-what] = nil
+          code, x, y = settle(co, co_resume(co))
+        end
+      else
+        tasks[a] = nil
+        code = 0
       end
-    elseif op == 2 then
-      local co = tasks[id]
-      if co ~= nil then
-        tasks[id] = nil
-        code, x, y = settle(co, co_resume(co))
-      end
-    elseif op == 3 then
-      local fn = exported[id]
+    else
+      local fn = exported[what]
       if fn ~= nil then
         code, x, y = start(fn, a)
         if code == 1 then
@@ -188,11 +194,8 @@ local function dispatcher(op, id, a, b, c)
           code, x, y = 2, "an exported function cannot wait", nil
         end
       end
-    elseif op == 4 then
-      tasks[id] = nil
-      code = 0
     end
-    op, id, a, b, c = co_yield(code, x, y)
+    what, a, b, c = co_yield(code, x, y)
   end
 end
 
