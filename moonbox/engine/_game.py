@@ -644,7 +644,10 @@ class Game:
         if not _depth(value, self.limits.max_export_depth):
             raise ValueError(f"the value nests deeper than {self.limits.max_export_depth} "
                              "levels")
-        packed = msgpack.packb(value, use_bin_type=True)
+        try:
+            packed = msgpack.packb(value, use_bin_type=True)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(f"the value is not plain data ({exc})") from None
         if len(packed) > max_bytes:
             raise ValueError(f"the value is larger than {max_bytes} bytes packed")
         return msgpack.unpackb(packed, raw=False, strict_map_key=False)
