@@ -120,5 +120,48 @@ def run_demo(console: Console) -> int:
               "The registry builds each mod's environment from what its permissions grant.")
     registry.close()
 
+    _arena(console)
+
     console.print("\nTry your own: [bold]moonbox run FILE.lua[/] (see --help).")
     return 0
+
+
+_ARENA_MODS = ("scoreboard", "pickups", "players", "enemies", "glitch")
+
+
+def _arena(console: Console, ticks: int = 100) -> None:
+    """9. The arena of examples/arena, headless: four mods play, one is quarantined."""
+    from .engine import Game
+    from .world import Prefab, World, default_prefabs
+
+    prefabs = default_prefabs()
+    prefabs.register(Prefab("player", description="A runner controlled by a mod."))
+    prefabs.register(Prefab("enemy", description="Chases players.", radius=0.6))
+    console.print(f"\n[bold]9. A game: four mods and a glitch, {ticks} ticks[/]  "
+                  "[dim]demo_mods/arena/*.lua[/]")
+    with Game(World(prefabs, bound=50), seed=1) as game:
+        for mod_id in _ARENA_MODS:
+            game.load_mod(mod_id, _source(f"arena/{mod_id}.lua"),
+                          chunk=f"@arena/{mod_id}.lua")
+        refused = 0
+        for _ in range(ticks):
+            report = game.tick()
+            refused += sum(1 for r in report.results if not r.applied)
+            for mod_id, line in report.reports:
+                if mod_id != "pickups":
+                    console.print(f"  [dim]tick {report.tick:3}[/] [cyan]{mod_id}[/] "
+                                  f"{escape(line)}")
+            for mod_id in report.quarantined:
+                q = game.mod(mod_id).quarantine
+                assert q is not None
+                console.print(f"  [dim]tick {report.tick:3}[/] [yellow]quarantined[/] "
+                              f"{mod_id}: {escape(q.reason)}")
+        for mod in game.mods:
+            s = mod.stats
+            state = "[yellow]quarantined[/]" if mod.quarantine else "[green]active[/]"
+            console.print(f"  {mod.id:10} {state:25} {s.calls:4} calls {s.steps:9,} steps "
+                          f"{s.trips} trips, {s.commands_refused} commands refused")
+        console.print(f"  [italic]{len(game.world)} entities; {refused} commands refused at "
+                      f"the tick boundary; world hash {game.world.content_hash()[:16]}. "
+                      "The glitch was stopped three times and quarantined; the others "
+                      "never noticed.[/]")

@@ -21,10 +21,18 @@ from . import __version__
 from ._cli_agent import agent, eval_repair
 from ._cli_stubs import stubs
 from ._cli_versions import versions
+from ._cli_world import (
+    apply_file_commands,
+    load_world,
+    mod_permissions,
+    save_world,
+    world_registry,
+)
 from ._errors import MoonboxError, ScriptError
-from .bindings import default_bindings
-from .sandbox import Budget, Outcome, Sandbox, parse_size
+from .bindings import Registry
+from .sandbox import Budget, Outcome, parse_size
 from .sandbox._marshal import format_value
+from .world import CommandResult, World
 
 EXIT_OK, EXIT_SCRIPT, EXIT_USAGE, EXIT_BUDGET = 0, 1, 2, 3
 
@@ -72,9 +80,16 @@ def cli() -> None:
               help="The mod's heap cap (64MB-style sizes).")
 @click.option("--no-jit", is_flag=True, help="JIT off, metered by a count hook.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per file, one per line.")
+@click.option("--world", "world_file", type=click.Path(path_type=Path, dir_okay=False),
+              help="Start from this world snapshot instead of an empty scratch world.")
+@click.option("--save-world", "save_file", type=click.Path(path_type=Path, dir_okay=False),
+              help="Write the resulting world snapshot (msgpack) to this file.")
 def run(files: tuple[Path, ...], steps: int, memory: int, time_s: float, heap: int,
-        no_jit: bool, as_json: bool) -> None:
+        no_jit: bool, as_json: bool, world_file: Path | None, save_file: Path | None) -> None:
     """Run each FILE as its own mod, in order, in one host process.
+
+    Scripts get the coreai_world_* bindings over one world; each file's commands are
+    applied after its run, so later files see them.
 
     Exit status: 0 if every file is ok, 3 if any tripped a budget (and none had another
     error), 1 if any had a script error, 2 for usage or host errors.
@@ -83,11 +98,18 @@ def run(files: tuple[Path, ...], steps: int, memory: int, time_s: float, heap: i
         budget = Budget(steps=steps, alloc_bytes=memory, wall_s=time_s, max_memory=heap)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    world = load_world(world_file)
+    registry = world_registry(world)
     console = Console(highlight=False, soft_wrap=True)
     worst = EXIT_OK
-    for path in files:
-        code = _run_file(path, budget, not no_jit, as_json, console)
-        worst = _combine(worst, code)
+    try:
+        for path in files:
+            code = _run_file(path, budget, not no_jit, as_json, console, world, registry)
+            worst = _combine(worst, code)
+    finally:
+        registry.close()
+    if save_file is not None:
+        save_world(world, save_file)
     sys.exit(worst)
 
 
@@ -96,21 +118,30 @@ def _combine(worst: int, code: int) -> int:
     return code if rank[code] > rank[worst] else worst
 
 
-def _run_file(path: Path, budget: Budget, jit: bool, as_json: bool, console: Console) -> int:
+def _run_file(path: Path, budget: Budget, jit: bool, as_json: bool, console: Console,
+              world: World, registry: Registry) -> int:
     chunk = "@" + path.as_posix()
     try:
         source = path.read_bytes()
     except OSError as exc:
         return _host_failure(path, f"cannot read {path}: {exc.strerror or exc}", as_json, console)
+    mod_id = str(path)
     try:
-        with Sandbox(budget, jit=jit, host_functions=default_bindings()) as sandbox:
-            outcome = sandbox.run(source, chunk)
+        with registry.mod(mod_id, mod_permissions()) as api, api.sandbox(budget, jit=jit) as sb:
+            outcome = sb.run(source, chunk)
     except MoonboxError as exc:
+        world.rollback(mod_id)
+        world.apply()  # nothing of a file that could not run stays queued
         return _host_failure(path, str(exc), as_json, console)
+    results, events = apply_file_commands(world, mod_id)
     if as_json:
-        print(json.dumps(_json_record(path, outcome), ensure_ascii=False), flush=True)
+        record = _json_record(path, outcome)
+        record["commands"] = [r.to_dict() for r in results]
+        record["events"] = _jsonable(events)
+        print(json.dumps(record, ensure_ascii=False), flush=True)
     else:
         _print_outcome(path, outcome, console)
+        _print_commands(results, console)
     if outcome.status == "budget":
         return EXIT_BUDGET
     return EXIT_OK if outcome.ok else EXIT_SCRIPT
@@ -123,6 +154,7 @@ def _host_failure(path: Path, message: str, as_json: bool, console: Console) -> 
             "error": {"kind": "host", "message": message, "chunk": None, "line": None,
                       "traceback": []},
             "stats": {"steps": 0, "memory_peak_bytes": 0, "wall_s": 0.0},
+            "commands": [], "events": [],
         }
         print(json.dumps(record), flush=True)
     else:
@@ -161,6 +193,17 @@ def _print_outcome(path: Path, outcome: Outcome, console: Console) -> None:
         console.print(f"  [cyan]value[/]  {escape(format_value(outcome.value, 400))}")
     if outcome.error is not None:
         _print_error(outcome.error, console)
+
+
+def _print_commands(results: list[CommandResult], console: Console) -> None:
+    for r in results[:50]:
+        if r.applied:
+            console.print(f"  [cyan]world[/]  {escape(r.kind)} applied: {escape(r.message)}")
+        else:
+            console.print(f"  [yellow]world[/]  {escape(r.kind)} refused ({escape(str(r.reason))}): "
+                          f"{escape(r.message)}")
+    if len(results) > 50:
+        console.print(f"  [dim]... {len(results) - 50} more commands[/]")
 
 
 def _print_error(error: ScriptError, console: Console) -> None:

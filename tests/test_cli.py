@@ -39,7 +39,7 @@ def test_ok_file_json_record(lua):
     (rec,) = _records(out)
     assert rec == {
         "file": f, "status": "ok", "budget": None, "value": 3, "reports": ["hi"],
-        "error": None, "stats": rec["stats"],
+        "error": None, "stats": rec["stats"], "commands": [], "events": [],
     }
     assert set(rec["stats"]) == {"steps", "memory_peak_bytes", "wall_s"}
 
@@ -163,3 +163,59 @@ def test_bench_quick_json_reports_every_figure():
     assert set(report["trip_margins"]) == {"metered", "nojit"}
     assert [t["name"] for t in report["targets"]][-2] == "add() round trip / bare lupa callback"
     assert len(report["targets"]) == 6
+
+
+def test_scripts_get_the_world_and_see_earlier_files_commands(lua, tmp_path):
+    first = lua("first.lua", """
+        coreai_world_spawn{prefab = "cube", name = "a", x = 1}
+        coreai_world_spawn{prefab = "dragon", name = "d"}
+        coreai_world_spawn{prefab = "cube", name = "n", x = 0/0}
+        return coreai_world_exists("a")
+    """)
+    second = lua("second.lua", 'return coreai_world_pos("a")')
+    saved = tmp_path / "out.world"
+    code, out = _run(first, second, "--json", "--save-world", str(saved))
+    assert code == 0
+    one, two = _records(out)
+    assert one["value"] is False and two["value"] == [1, 0, 0]
+    assert [(c["command"], c["status"], c["reason"]) for c in one["commands"]] == [
+        ("spawn", "applied", None), ("spawn", "refused", "unknown_prefab"),
+        ("spawn", "refused", "not_finite")]
+    assert [e["event"] for e in one["events"]] == [
+        "world:spawned", "world:refused", "world:refused"]
+    assert one["events"][1]["data"]["reason"] == "unknown_prefab"
+    assert two["commands"] == [] and two["events"] == []
+    from moonbox.world import World
+
+    world = World.load(saved.read_bytes())
+    assert world.get("a").owner == first and len(world) == 1
+
+
+def test_world_flag_starts_from_a_snapshot(lua, tmp_path):
+    from moonbox.world import World
+
+    world = World()
+    world.submit("spawn", {"prefab": "cube", "name": "base", "y": 4}, None)
+    world.apply()
+    snap = tmp_path / "base.world"
+    snap.write_bytes(world.snapshot())
+    f = lua("read.lua", 'coreai_world_destroy("base") return coreai_world_pos("base")')
+    code, out = _run(f, "--json", "--world", str(snap))
+    (rec,) = _records(out)
+    assert code == 0 and rec["value"] == [0, 4, 0]
+    assert rec["commands"][0]["reason"] == "not_owner"
+
+
+@pytest.mark.parametrize("content", [None, b"not a snapshot"])
+def test_bad_world_file_is_a_usage_error(lua, tmp_path, content):
+    snap = tmp_path / "bad.world"
+    if content is not None:
+        snap.write_bytes(content)
+    code, out = _run(lua("x.lua", "return 1"), "--world", str(snap))
+    assert code == 2 and "--world" in out
+
+
+def test_readable_output_shows_commands(lua):
+    f = lua("w.lua", 'coreai_world_spawn{prefab = "dragon"}')
+    code, out = _run(f)
+    assert code == 0 and "refused (unknown_prefab)" in out

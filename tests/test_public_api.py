@@ -5,8 +5,10 @@ from __future__ import annotations
 import moonbox
 import moonbox.agent
 import moonbox.bindings
+import moonbox.engine
 import moonbox.sandbox
 import moonbox.store
+import moonbox.world
 
 
 def test_top_level_names():
@@ -58,6 +60,25 @@ def test_subpackage_names():
     ]
     for name in moonbox.agent.__all__:
         assert hasattr(moonbox.agent, name)
+
+
+def test_world_and_engine_names():
+    assert moonbox.world.__all__ == [
+        "MAX_BATCH", "MAX_FIND", "MAX_TRANSACTION", "REASONS", "SNAPSHOT_FORMAT",
+        "SNAPSHOT_VERSION", "WORLD_BINDINGS", "Color", "Command", "CommandKind",
+        "CommandResult", "Entity", "Prefab", "Prefabs", "Reason", "World", "WorldError",
+        "default_prefabs", "entity_table", "world_bindings",
+    ]
+    assert moonbox.engine.__all__ == [
+        "DEFAULT_BUDGET", "ENGINE_BINDINGS", "RUNTIME_CHUNK", "Callback", "EngineError",
+        "Event", "Failure", "Game", "Mod", "ModLimits", "ModStats", "Quarantine", "Task",
+        "TickReport", "engine_bindings",
+    ]
+    for module in (moonbox.world, moonbox.engine):
+        for name in module.__all__:
+            assert hasattr(module, name)
+    assert issubclass(moonbox.world.WorldError, moonbox.MoonboxError)
+    assert issubclass(moonbox.engine.EngineError, moonbox.MoonboxError)
 
 
 def test_one_exception_tree():

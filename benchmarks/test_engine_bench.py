@@ -1,0 +1,92 @@
+"""The engine: budgeted handler calls per second, and the cost of a tick with no mods.
+
+    pytest benchmarks/test_engine_bench.py --benchmark-only
+    python benchmarks/test_engine_bench.py [MODS] [TICKS]      # a plain report, CPU time
+
+Each mod handles ``tick`` with a small handler; the variants separate what a call costs:
+``empty`` (dispatch only), ``read`` (one ``coreai_world_pos``), ``full`` (that read and one
+``coreai_world_change``: the issue's workload). One tick of N mods is N budgeted calls,
+then the world applies the N commands.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from moonbox import Budget
+from moonbox.engine import Game
+
+# Steps bound each call; the wall budget is loose because the machine may be shared, and a
+# host pause (a garbage collection, being descheduled) lands inside whichever call runs.
+BUDGET = Budget(steps=200_000, wall_s=5.0, alloc_bytes="4MB", max_memory="32MB")
+
+HANDLERS = {
+    "empty": 'on("tick", function(t) end)',
+    "read": 'local me = "e-" .. MOD\non("tick", function(t) local x = coreai_world_pos(me) end)',
+    "full": """local me = "e-" .. MOD
+on("tick", function(t)
+  local x = coreai_world_pos(me)
+  if x then coreai_world_change(me, {x = (x + 1) % 100}) end
+end)""",
+}
+
+
+def make_game(mods: int, variant: str) -> Game:
+    game = Game(seed=1, budget=BUDGET)
+    for i in range(mods):
+        game.world.submit("spawn", {"prefab": "cube", "name": f"e-m{i}"}, f"m{i}")
+    game.world.apply()
+    for i in range(mods):
+        game.load_mod(f"m{i}", f'local MOD = "m{i}"\n' + HANDLERS[variant])
+    game.tick()  # first calls start each dispatcher
+    return game
+
+
+@pytest.mark.parametrize("variant", list(HANDLERS))
+def test_tick_of_1000_mods(benchmark: Any, variant: str) -> None:
+    """One tick: 1,000 budgeted handler calls (divide the time by 1,000 per call)."""
+    benchmark.group = "one tick of 1,000 mods"
+    game = make_game(1000, variant)
+    try:
+        report = benchmark.pedantic(game.tick, rounds=5, iterations=1)
+        assert report.calls == 1000 and not report.failures
+    finally:
+        game.close()
+
+
+def test_tick_with_no_mods(benchmark: Any) -> None:
+    """The engine's own cost per tick: no mods, an empty world."""
+    benchmark.group = "engine overhead"
+    with Game() as game:
+        benchmark(game.tick)
+
+
+def report(mods: int = 1000, ticks: int = 10) -> None:
+    """Print calls per CPU second for each variant (CPU time: the machine may be shared)."""
+    for variant in HANDLERS:
+        game = make_game(mods, variant)
+        try:
+            calls, wall0, cpu0 = 0, time.perf_counter(), time.process_time()
+            for _ in range(ticks):
+                r = game.tick()
+                calls += r.calls
+                assert not r.failures, r.failures[0]
+            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        finally:
+            game.close()
+        print(f"{variant:6} {mods} mods x {ticks} ticks: {calls / cpu:9,.0f} calls per CPU s "
+              f"({cpu / calls * 1e6:5.1f} us/call; wall {calls / wall:9,.0f}/s)")
+    with Game() as game:
+        n = 20_000
+        cpu0 = time.process_time()
+        for _ in range(n):
+            game.tick()
+        print(f"no mods: {(time.process_time() - cpu0) / n * 1e6:.1f} us per tick")
+
+
+if __name__ == "__main__":
+    report(*(int(a) for a in sys.argv[1:3]))

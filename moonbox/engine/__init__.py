@@ -1,0 +1,31 @@
+"""The game-scripting engine: mods, handlers, timers, events, ticks and quarantine.
+
+A :class:`Game` owns a :class:`~moonbox.world.World`, the mods and the clock;
+:meth:`Game.tick` advances it. Each mod runs in its own sandbox; every handler call, timer,
+task resume and cross-mod call is one resume under the mod's budget, and failures are
+attributed to (mod, handler, chunk:line). See ``docs/engine.md``.
+"""
+
+from ._bindings import ENGINE_BINDINGS, engine_bindings
+from ._errors import EngineError
+from ._game import DEFAULT_BUDGET, RUNTIME_CHUNK, Game, TickReport
+from ._limits import ModLimits
+from ._mod import Callback, Event, Failure, Mod, ModStats, Quarantine, Task
+
+__all__ = [
+    "DEFAULT_BUDGET",
+    "ENGINE_BINDINGS",
+    "RUNTIME_CHUNK",
+    "Callback",
+    "EngineError",
+    "Event",
+    "Failure",
+    "Game",
+    "Mod",
+    "ModLimits",
+    "ModStats",
+    "Quarantine",
+    "Task",
+    "TickReport",
+    "engine_bindings",
+]

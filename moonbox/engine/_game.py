@@ -1,0 +1,752 @@
+"""The game: one world, many mods, one clock, advanced one tick at a time."""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import re
+import secrets
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import msgpack
+
+from .._errors import BindingError, MoonboxError, ScriptError
+from ..bindings import Permissions, Registry, default_bindings
+from ..sandbox import Budget, FunctionHandle, HostCall, Outcome
+from ..world import CommandResult, World, world_bindings
+from ._bindings import engine_bindings
+from ._errors import EngineError
+from ._limits import ModLimits
+from ._mod import Callback, CallbackKind, Event, Failure, Mod, Quarantine, Task
+
+__all__ = ["DEFAULT_BUDGET", "Game", "TickReport"]
+
+DEFAULT_BUDGET = Budget(steps=200_000, wall_s=0.25, alloc_bytes=4 << 20, max_memory=32 << 20)
+"""The budget of each call of a mod unless the host gives another. Steps are the
+deterministic bound; the wall budget is generous because a host pause (a garbage
+collection of a thousand runtimes) lands inside whichever call is running."""
+
+RUNTIME_CHUNK = "@moonbox/engine/mod_runtime.lua"
+_RUNTIME = resources.files("moonbox.engine").joinpath("mod_runtime.lua").read_text("utf-8")
+
+# The dispatcher's protocol (see mod_runtime.lua): resumed with (what, a, b, c), where
+# what > 0 calls callback `what`, what < 0 resumes task -what, a string calls that export
+# and 0 forgets task a; it yields (code, x, y).
+_DONE, _WAIT, _FAILED, _MISSING = 0, 1, 2, 3
+_DONE_ONLY = (_DONE, None, None)  # what a handler that returned normally yields
+
+_MOD_ID = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+_POSITION = re.compile(r"^(.*?):(\d+): (.*)$", re.DOTALL)
+RESERVED_EVENTS = ("tick",)
+RESERVED_PREFIXES = ("world:", "game:")
+
+
+@dataclass
+class TickReport:
+    """What happened during one tick.
+
+    Attributes:
+        tick: the tick's number (the first tick is 1).
+        calls: budgeted calls made (handlers, timers, task resumes, export calls).
+        failures: calls that failed, attributed (mod, handler, chunk:line).
+        results: the world commands applied or refused at the tick boundary.
+        events: events the mods emitted this tick (delivered to mods on the next).
+        quarantined: mods quarantined during the tick.
+        reports: ``(mod, line)`` for each ``report()``/``print()`` line.
+    """
+
+    tick: int
+    calls: int = 0
+    failures: list[Failure] = field(default_factory=list)
+    results: list[CommandResult] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
+    reports: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _error_from_message(message: Any, chunk: str) -> ScriptError:
+    text = message if isinstance(message, str) else str(message)
+    m = _POSITION.match(text)
+    if m and not m.group(1).startswith("["):
+        where = m.group(1)
+        return ScriptError(m.group(3), chunk=where if where[:1] in "@=" else "@" + where,
+                           line=int(m.group(2)))
+    return ScriptError(text, chunk=chunk)
+
+
+def _depth(value: Any, limit: int, depth: int = 0) -> bool:
+    """Whether ``value`` nests at most ``limit`` tables deep."""
+    if isinstance(value, (list, dict)):
+        if depth >= limit:
+            return False
+        items = value.values() if isinstance(value, dict) else value
+        return all(_depth(v, limit, depth + 1) for v in items)
+    return True
+
+
+class Game:
+    """A world, the mods that script it, and the clock. :meth:`tick` advances it.
+
+    Each mod runs in its own sandbox, built from the game's registry under the mod's
+    permissions, with the world bindings (``coreai_world_*``), the engine bindings (``on``,
+    ``after``, ``every``, ``cancel``, ``spawn``, ``wait``, ``emit``, ``now``, ``state_get``,
+    ``state_set``, ``export``, ``import``) and the registry's others. Every handler call,
+    timer, task resume and cross-mod call is one resume under the mod's budget.
+
+    Args:
+        world: the world (default: an empty :class:`World` with the default prefabs).
+        registry: where the bindings come from; the game registers its own in a scope of
+            it, released by :meth:`close` (default: a registry of its own).
+        budget: the budget of each call of a mod (:data:`DEFAULT_BUDGET`).
+        limits: per-mod limits and quarantine thresholds (:class:`ModLimits`).
+        seed: deterministic mode: each mod's ``math.random`` is seeded from this seed and
+            the mod's id, so the same seed, mods and inputs replay to the same world.
+            ``None``: seeded from the OS.
+        permissions: the default permissions of a mod (mode ``auto``).
+        jit: as :class:`~moonbox.sandbox.Sandbox`.
+    """
+
+    def __init__(
+        self,
+        world: World | None = None,
+        *,
+        registry: Registry | None = None,
+        budget: Budget | None = None,
+        limits: ModLimits | None = None,
+        seed: int | None = None,
+        permissions: Permissions | None = None,
+        jit: bool = True,
+    ) -> None:
+        self.world = world if world is not None else World()
+        self._own_registry = registry is None
+        self.registry = registry if registry is not None else Registry(default_bindings())
+        self.budget = budget or DEFAULT_BUDGET
+        self.limits = limits or ModLimits()
+        self.seed = seed
+        self.permissions = permissions or Permissions()
+        self.jit = jit
+        self._scope = self.registry.scope("game")
+        for binding in (*world_bindings(lambda: self.world), *engine_bindings(self)):
+            self._scope.register(binding)
+        self._mods: dict[str, Mod] = {}
+        self._order: dict[str, int] = {}
+        self._subscribers: dict[str, list[Mod]] = {}
+        self._outbox: list[Event] = []
+        self._chain: list[str] = []
+        self._tick = 0
+        self._report = TickReport(0)
+        self._closed = False
+
+    # -- the host's side -----------------------------------------------------------------
+
+    @property
+    def tick_count(self) -> int:
+        """Ticks run so far (the tick in progress, during a tick)."""
+        return self._tick
+
+    @property
+    def mods(self) -> tuple[Mod, ...]:
+        """The loaded mods, in load order (the order they are dispatched in)."""
+        return tuple(self._mods.values())
+
+    def mod(self, mod_id: str) -> Mod:
+        """The loaded mod ``mod_id``.
+
+        Raises:
+            EngineError: ``unknown_mod``.
+        """
+        mod = self._mods.get(mod_id)
+        if mod is None:
+            raise EngineError(f"no mod {mod_id!r} is loaded", code="unknown_mod")
+        return mod
+
+    def load_mod(
+        self,
+        mod_id: str,
+        source: str | bytes,
+        *,
+        chunk: str | None = None,
+        permissions: Permissions | None = None,
+        budget: Budget | None = None,
+        access: Any = None,
+    ) -> Mod:
+        """Load a mod: a sandbox of its own, the engine library, then its main chunk.
+
+        The main chunk runs once, under the budget, and registers handlers and timers. If
+        it fails (or trips, or waits), the mod stays loaded but quarantined (``load``) and
+        the failure is in ``mod.quarantine``; the game goes on.
+
+        Args:
+            mod_id: lower-case id (``waves``, ``arena-enemies``): a-z, 0-9, ``_``, ``-``.
+            source: the main chunk's Lua source text.
+            chunk: its chunk name (default ``@mods/<id>/main.lua``).
+            permissions: default: the game's.
+            budget: default: the game's.
+            access: what the host captured about the mod (see :meth:`Registry.mod`).
+
+        Raises:
+            EngineError: ``invalid_mod_id``, ``duplicate_mod``, ``closed``.
+        """
+        self._check_open()
+        if not isinstance(mod_id, str) or not _MOD_ID.match(mod_id):
+            raise EngineError(f"mod id {mod_id!r}: use 1-64 of a-z 0-9 _ - starting with a "
+                              "letter", code="invalid_mod_id")
+        if mod_id in self._mods:
+            raise EngineError(f"a mod {mod_id!r} is loaded already", code="duplicate_mod")
+        budget = budget or self.budget
+        api = self.registry.mod(mod_id, permissions or self.permissions, access=access)
+        sandbox = api.sandbox(budget, jit=self.jit)
+        mod = Mod(mod_id, api, sandbox, budget, chunk or f"@mods/{mod_id}/main.lua")
+        mod._generation = sandbox.replacements
+        self._mods[mod_id] = mod
+        self._order[mod_id] = len(self._order)
+        self._chain.append(mod_id)
+        try:
+            keeper = sandbox.start(_RUNTIME, RUNTIME_CHUNK)
+            outcome = keeper.resume(self._seed_for(mod_id))
+            self._account(mod, outcome)
+            if outcome.status != "yielded" or mod._dispatch is None:
+                self._load_failed(mod, outcome, RUNTIME_CHUNK[1:])
+                return mod
+            mod._keeper = keeper
+            outcome = sandbox.run(source, mod.chunk, max_resumes=1)
+            self._account(mod, outcome)
+            if not outcome.ok or outcome.status != "done":
+                self._load_failed(mod, outcome, mod.chunk.lstrip("@="))
+        except MoonboxError as exc:
+            error = exc if isinstance(exc, ScriptError) else ScriptError(str(exc), chunk=mod.chunk)
+            failure = Failure(mod_id, "load", mod.chunk.lstrip("@="), error, self._tick)
+            self._quarantine(mod, "load", f"failed to load: {error}", failure)
+        finally:
+            self._chain.pop()
+        return mod
+
+    def _load_failed(self, mod: Mod, outcome: Outcome, where: str) -> None:
+        error = outcome.error or ScriptError(
+            "the main chunk waited or yielded; register handlers and use wait() inside them",
+            chunk=mod.chunk)
+        failure = Failure(mod.id, "load", where, error, self._tick)
+        self._report.failures.append(failure)
+        if error.kind == "budget":
+            mod.stats.trips += 1
+        else:
+            mod.stats.errors += 1
+        self._quarantine(mod, "load", f"failed to load: {error}", failure)
+
+    def unload_mod(self, mod_id: str) -> None:
+        """Unload a mod: its handlers, timers, tasks and exports go; its entities stay.
+
+        Raises:
+            EngineError: ``unknown_mod``.
+        """
+        mod = self.mod(mod_id)
+        self._release(mod)
+        del self._mods[mod_id]
+        for subs in self._subscribers.values():
+            if mod in subs:
+                subs.remove(mod)
+        self.world.rollback(mod_id)
+
+    def _release(self, mod: Mod) -> None:
+        # The dispatcher handle first, while the run it came from is alive.
+        if mod._dispatch is not None:
+            mod._dispatch.release()
+            mod._dispatch = None
+        mod._run = None
+        mod._keeper = None
+        mod.sandbox.close()
+        mod.api.close()
+
+    def emit(self, event: str, data: Any = None) -> None:
+        """Send a game event to every mod with a handler for it, on the next tick.
+
+        Raises:
+            EngineError: ``reserved_event`` for ``tick``; ``invalid_event`` for data that is
+                not plain data.
+        """
+        if event in RESERVED_EVENTS:
+            raise EngineError(f"{event!r} is sent by the engine itself", code="reserved_event")
+        try:
+            data = self._copy(data, self.limits.max_value_bytes * 64)
+        except ValueError as exc:
+            raise EngineError(str(exc), code="invalid_event") from None
+        self._outbox.append(Event(event, data, None, self._tick))
+
+    def quarantine(self, mod_id: str, reason: str) -> None:
+        """Suspend a mod's dispatch (kind ``host``) until :meth:`lift_quarantine`."""
+        self._quarantine(self.mod(mod_id), "host", reason, None)
+
+    def lift_quarantine(self, mod_id: str) -> None:
+        """Resume a quarantined mod's dispatch; its failure counts start again from 0.
+
+        Its timers and waiting tasks that fell due meanwhile run on the next tick.
+
+        Raises:
+            EngineError: ``unknown_mod``; ``not_liftable`` for a mod that never loaded or
+                lost its runtime (unload and load it again).
+        """
+        mod = self.mod(mod_id)
+        q = mod.quarantine
+        if q is None:
+            return
+        if q.kind in ("load", "runtime"):
+            raise EngineError(f"mod {mod_id!r} {q.reason}; unload it and load it again",
+                              code="not_liftable")
+        mod.quarantine = None
+        mod.failures_in_a_row = mod.trips_in_a_row = 0
+
+    def tick(self) -> TickReport:
+        """Advance the game one tick.
+
+        1. Events sent during the previous tick (by mods, the host or the world) reach the
+           queues of the mods with handlers for them.
+        2. Each active mod, in load order: its ``tick`` handlers, then its queued events,
+           then its timers that are due, then its tasks whose ``wait`` is over. Each is one
+           budgeted call; a mod quarantined midway stops there.
+        3. The world applies the commands queued during the tick, in order; refusals
+           become ``world:refused`` events for the mods that issued them, spawns and
+           destructions ``world:spawned`` / ``world:destroyed`` events.
+
+        Raises:
+            EngineError: ``closed``.
+        """
+        self._check_open()
+        self._tick += 1
+        t = self._tick
+        report = self._report = TickReport(t)
+        self._deliver()
+        for mod in list(self._mods.values()):
+            if mod.quarantine is None:
+                self._dispatch_mod(mod, t)
+        results = self.world.apply()
+        report.results = results
+        self._route(results)
+        return report
+
+    def run(self, ticks: int) -> list[TickReport]:
+        """Run ``ticks`` ticks; their reports."""
+        return [self.tick() for _ in range(ticks)]
+
+    def close(self) -> None:
+        """Close every mod's sandbox and release the game's bindings. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for mod in self._mods.values():
+            self._release(mod)
+        self._scope.close()
+        if self._own_registry:
+            self.registry.close()
+
+    def __enter__(self) -> Game:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineError("the game is closed", code="closed")
+
+    def _seed_for(self, mod_id: str) -> int:
+        if self.seed is None:
+            return secrets.randbelow(1 << 31)
+        digest = hashlib.sha256(f"{self.seed}:{mod_id}".encode()).digest()
+        return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+    # -- dispatch ------------------------------------------------------------------------
+
+    def _dispatch_mod(self, mod: Mod, t: int) -> None:
+        mod.emits_this_tick = 0
+        handlers = mod.by_event.get("tick")
+        if handlers:
+            for cb in tuple(handlers):
+                if mod.quarantine is not None:
+                    return
+                self._invoke(mod, cb, (t,))
+        queue = mod.queue
+        while queue and mod.quarantine is None:
+            event = queue.popleft()
+            for cb in tuple(mod.by_event.get(event.name, ())):
+                if mod.quarantine is not None:
+                    return
+                self._invoke(mod, cb, (event.data, event.name, event.source))
+        timers = mod.timers
+        while timers and timers[0][0] <= t and mod.quarantine is None:
+            due, cid = heapq.heappop(timers)
+            cb = mod.callbacks.get(cid)
+            if cb is None or cb.due != due:
+                continue  # cancelled, or rescheduled
+            if cb.kind == "every":
+                cb.due = max(due + cb.interval, t + 1)
+                heapq.heappush(timers, (cb.due, cid))
+            else:
+                del mod.callbacks[cid]
+            self._invoke(mod, cb, (t,))
+        if mod.tasks:
+            for task in sorted((k for k in mod.tasks.values() if k.due <= t),
+                               key=lambda k: k.id):
+                if mod.quarantine is not None:
+                    return
+                del mod.tasks[task.id]
+                values = self._resume(mod, task.label, task.where, None, -task.id)
+                if values is not None and values[0] == _WAIT:
+                    self._park(mod, values, task.label, task.where)
+
+    def _invoke(self, mod: Mod, cb: Callback, args: tuple[Any, ...]) -> None:
+        # The hot path of every handler call: a success is settled here, kept flat.
+        run = mod._run
+        if run is not None and run._open:
+            self._chain.append(mod.id)
+            try:
+                outcome = run.resume(cb.id, *args)
+            except MoonboxError as exc:
+                self._lost(mod, f"lost its runtime: {exc}")
+                return
+            finally:
+                self._chain.pop()
+            if outcome[0] == "yielded" and outcome[1] == _DONE_ONLY:
+                self._report.calls += 1
+                stats = mod.stats
+                s = outcome[4]
+                stats.calls += 1
+                stats.steps += s[0]
+                stats.wall_s += s[2]
+                if s[1] > stats.memory_peak_bytes:
+                    stats.memory_peak_bytes = s[1]
+                if outcome[3]:
+                    self._report.reports.extend((mod.id, line) for line in outcome[3])
+                mod.failures_in_a_row = mod.trips_in_a_row = 0
+                return
+            values = self._settle(mod, cb.label, cb.where, outcome)
+        else:
+            values = self._resume(mod, cb.label, cb.where, None, cb.id, *args)
+        if values is None:
+            return
+        code = values[0]
+        if code == _WAIT:
+            self._park(mod, values, cb.label, cb.where)
+        elif code == _MISSING:
+            self._drop_callback(mod, cb.id)
+
+    def _park(self, mod: Mod, values: tuple[Any, ...], label: str, where: str) -> None:
+        task_id, ticks = int(values[1]), int(values[2])
+        if len(mod.tasks) >= self.limits.max_tasks:
+            self._resume(mod, label, where, None, 0, task_id)
+            error = ScriptError(
+                f"too many handlers are waiting at once (at most {self.limits.max_tasks}); "
+                "this one was stopped: wait in fewer places, or for fewer ticks",
+                chunk=mod.chunk)
+            self._fail(mod, label, where, error)
+            return
+        mod.tasks[task_id] = Task(task_id, self._tick + max(1, ticks), label, where)
+
+    def _resume(self, mod: Mod, label: str, where: str, budget: Budget | None,
+                what: Any, *args: Any) -> tuple[Any, ...] | None:
+        """One budgeted call into the mod's dispatcher; the values it yielded, or ``None``
+        when the call failed (recorded) or could not be made."""
+        run = mod._run
+        if run is None or not run._open:
+            run = self._start_dispatcher(mod)
+            if run is None:
+                return None
+        self._chain.append(mod.id)
+        try:
+            outcome = run.resume(what, *args, budget=budget)
+        except MoonboxError as exc:
+            self._lost(mod, f"lost its runtime: {exc}")
+            return None
+        finally:
+            self._chain.pop()
+        return self._settle(mod, label, where, outcome)
+
+    def _settle(self, mod: Mod, label: str, where: str,
+                outcome: Outcome) -> tuple[Any, ...] | None:
+        self._report.calls += 1
+        self._account(mod, outcome)
+        if outcome.status == "yielded":
+            values = outcome.values
+            if values and values[0] == _FAILED:
+                self._fail(mod, label, where, _error_from_message(values[1], mod.chunk))
+                return None
+            mod.failures_in_a_row = 0
+            mod.trips_in_a_row = 0
+            return values
+        # A trip (or the dispatcher's end): the dispatcher is gone; the next call starts it
+        # again. Callbacks and waiting tasks live on the Lua side and survive.
+        mod._run = None
+        error = outcome.error or ScriptError("the engine's dispatcher ended", chunk=mod.chunk)
+        self._fail(mod, label, where, error)
+        if mod.sandbox.replacements != mod._generation and mod.quarantine is None:
+            self._lost(mod, "lost its runtime, replaced after an out-of-memory trip")
+        return None
+
+    def _start_dispatcher(self, mod: Mod) -> Any:
+        handle = mod._dispatch
+        if handle is None or not handle.valid:
+            self._lost(mod, "lost its runtime")
+            return None
+        try:
+            mod._run = mod.sandbox.start(handle)
+        except MoonboxError as exc:
+            self._lost(mod, f"lost its runtime: {exc}")
+            return None
+        return mod._run
+
+    def _account(self, mod: Mod, outcome: Outcome) -> None:
+        stats = mod.stats
+        s = outcome.stats
+        stats.calls += 1
+        stats.steps += s.steps
+        stats.wall_s += s.wall_s
+        if s.memory_peak_bytes > stats.memory_peak_bytes:
+            stats.memory_peak_bytes = s.memory_peak_bytes
+        if outcome.reports:
+            self._report.reports.extend((mod.id, line) for line in outcome.reports)
+
+    def _fail(self, mod: Mod, label: str, where: str, error: ScriptError) -> None:
+        failure = Failure(mod.id, label, where, error, self._tick)
+        self._report.failures.append(failure)
+        limits = self.limits
+        if error.kind == "budget":
+            mod.stats.trips += 1
+            mod.trips_in_a_row += 1
+            if mod.trips_in_a_row >= limits.max_trips and mod.quarantine is None:
+                self._quarantine(mod, "trips", f"tripped its budget {mod.trips_in_a_row} "
+                                 f"times in a row; last: {failure}", failure)
+        else:
+            mod.stats.errors += 1
+            mod.failures_in_a_row += 1
+            if mod.failures_in_a_row >= limits.max_failures and mod.quarantine is None:
+                self._quarantine(mod, "failures", f"failed {mod.failures_in_a_row} times in "
+                                 f"a row; last: {failure}", failure)
+
+    def _quarantine(self, mod: Mod, kind: Any, reason: str, failure: Failure | None) -> None:
+        if mod.quarantine is not None and kind != "runtime":
+            return
+        mod.quarantine = Quarantine(kind, reason, self._tick, failure)
+        self._report.quarantined.append(mod.id)
+
+    def _lost(self, mod: Mod, reason: str) -> None:
+        mod._run = None
+        self._quarantine(mod, "runtime", reason, None)
+
+    # -- events and world results --------------------------------------------------------
+
+    def _deliver(self) -> None:
+        outbox, self._outbox = self._outbox, []
+        for event in outbox:
+            for mod in self._subscribers.get(event.name, ()):
+                if mod.id != event.source and mod.quarantine is None:
+                    self._enqueue(mod, event)
+
+    def _enqueue(self, mod: Mod, event: Event) -> None:
+        queue = mod.queue
+        if len(queue) >= self.limits.max_queued_events:
+            queue.popleft()
+            mod.stats.events_dropped += 1
+        queue.append(event)
+
+    def _route(self, results: list[CommandResult]) -> None:
+        t = self._tick
+        for result in results:
+            mod = self._mods.get(result.mod) if result.mod is not None else None
+            if mod is not None:
+                if result.applied:
+                    mod.stats.commands_applied += 1
+                else:
+                    mod.stats.commands_refused += 1
+                    if "world:refused" in mod.by_event:
+                        self._enqueue(mod, Event("world:refused", result.to_dict(), None, t))
+            if result.applied and result.kind in ("spawn", "spawn_batch", "grid", "destroy",
+                                                  "transaction"):
+                name = "world:destroyed" if result.kind == "destroy" else "world:spawned"
+                for entity in result.names:
+                    self._outbox.append(Event(name, {"name": entity, "mod": result.mod}, None, t))
+
+    # -- what the bindings call ------------------------------------------------------------
+
+    def _mod_for(self, call: HostCall) -> Mod:
+        mod_id = getattr(call.mod, "mod_id", None)
+        mod = self._mods.get(mod_id) if isinstance(mod_id, str) else None
+        if mod is None:
+            raise BindingError("is only available to mods loaded in a game [failed]",
+                               reason="failed")
+        return mod
+
+    def _add_callback(self, mod: Mod, kind: CallbackKind, event: str | None, ticks: int,
+                      where: str) -> int:
+        limits = self.limits
+        if kind == "on":
+            assert event is not None
+            if event.startswith("game:") or (event.startswith("world:") and event not in (
+                    "world:refused", "world:spawned", "world:destroyed")):
+                raise BindingError(f"no event {event!r} is sent by the engine [unknown_event]",
+                                   reason="unknown_event")
+            if mod.handler_count >= limits.max_handlers:
+                raise BindingError(f"a mod may register at most {limits.max_handlers} "
+                                   "handlers [too_many]", reason="too_many")
+        elif mod.timer_count >= limits.max_timers:
+            raise BindingError(f"a mod may have at most {limits.max_timers} timers "
+                               "[too_many]", reason="too_many")
+        cid = mod.next_id
+        mod.next_id += 1
+        cb = Callback(cid, kind, event, ticks, self._tick + ticks, where)
+        mod.callbacks[cid] = cb
+        if kind == "on":
+            assert event is not None
+            mod.by_event.setdefault(event, []).append(cb)
+            subs = self._subscribers.setdefault(event, [])
+            if mod not in subs:
+                subs.append(mod)
+                subs.sort(key=lambda m: self._order[m.id])
+        else:
+            heapq.heappush(mod.timers, (cb.due, cid))
+        return cid
+
+    def _drop_callback(self, mod: Mod, cid: int) -> bool:
+        cb = mod.callbacks.pop(cid, None)
+        if cb is None:
+            return False
+        if cb.kind == "on" and cb.event is not None:
+            handlers = mod.by_event.get(cb.event, [])
+            if cb in handlers:
+                handlers.remove(cb)
+            if not handlers:
+                mod.by_event.pop(cb.event, None)
+                subs = self._subscribers.get(cb.event, [])
+                if mod in subs:
+                    subs.remove(mod)
+        return True
+
+    def _cancel(self, mod: Mod, cid: int) -> bool:
+        return self._drop_callback(mod, cid)
+
+    def _ready(self, mod: Mod, handle: FunctionHandle) -> None:
+        if mod._dispatch is not None:
+            handle.release()
+            raise BindingError("is called once, by the engine library [failed]",
+                               reason="failed")
+        mod._dispatch = handle
+
+    def _copy(self, value: Any, max_bytes: int) -> Any:
+        """A deep copy of plain data, within the value limits.
+
+        Raises:
+            ValueError: nested deeper than the export depth, or larger than ``max_bytes``.
+        """
+        if value is None or isinstance(value, (bool, int, float, str)):
+            if isinstance(value, str) and len(value) > max_bytes:
+                raise ValueError(f"the value is larger than {max_bytes} bytes")
+            return value
+        if not _depth(value, self.limits.max_export_depth):
+            raise ValueError(f"the value nests deeper than {self.limits.max_export_depth} "
+                             "levels")
+        try:
+            packed = msgpack.packb(value, use_bin_type=True)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(f"the value is not plain data ({exc})") from None
+        if len(packed) > max_bytes:
+            raise ValueError(f"the value is larger than {max_bytes} bytes packed")
+        return msgpack.unpackb(packed, raw=False, strict_map_key=False)
+
+    def _checked_copy(self, value: Any, what: str, max_bytes: int | None = None) -> Any:
+        try:
+            return self._copy(value, max_bytes or self.limits.max_value_bytes)
+        except ValueError as exc:
+            raise BindingError(f"{what}: {exc} [too_large]", reason="too_large") from None
+
+    def _emit_from(self, mod: Mod, event: str, data: Any) -> None:
+        if event in RESERVED_EVENTS or event.startswith(RESERVED_PREFIXES):
+            raise BindingError(f"{event!r} is sent by the engine only [reserved_event]",
+                               reason="reserved_event")
+        if mod.emits_this_tick >= self.limits.max_emits_per_tick:
+            raise BindingError(f"at most {self.limits.max_emits_per_tick} emits per tick "
+                               "[too_many]", reason="too_many")
+        data = self._checked_copy(data, "data")
+        mod.emits_this_tick += 1
+        event_ = Event(event, data, mod.id, self._tick)
+        self._outbox.append(event_)
+        self._report.events.append(event_)
+
+    def _state_get(self, mod: Mod, key: str) -> Any:
+        value = mod.state.get(key)
+        return self._copy(value, 1 << 62) if isinstance(value, (list, dict)) else value
+
+    def _state_set(self, mod: Mod, key: str, value: Any) -> None:
+        if value is None:
+            mod.state.pop(key, None)
+            mod.state_bytes.pop(key, None)
+            return
+        limits = self.limits
+        value = self._checked_copy(value, "value")
+        size = len(msgpack.packb(value, use_bin_type=True)) + len(key)
+        if key not in mod.state and len(mod.state) >= limits.max_state_keys:
+            raise BindingError(f"a mod's state holds at most {limits.max_state_keys} keys "
+                               "[too_many]", reason="too_many")
+        total = sum(mod.state_bytes.values()) - mod.state_bytes.get(key, 0) + size
+        if total > limits.max_state_bytes:
+            raise BindingError(f"a mod's state holds at most {limits.max_state_bytes} bytes "
+                               "[too_large]", reason="too_large")
+        mod.state[key] = value
+        mod.state_bytes[key] = size
+
+    def _export(self, mod: Mod, name: str, kind: str, value: Any) -> None:
+        if name not in mod.exports and len(mod.exports) >= self.limits.max_exports:
+            raise BindingError(f"a mod may export at most {self.limits.max_exports} names "
+                               "[too_many]", reason="too_many")
+        if kind == "data":
+            value = self._checked_copy(value, "value")
+        mod.exports[name] = (kind, value)
+
+    def _exported(self, caller: Mod, mod_id: str, name: str) -> tuple[Mod, str, Any]:
+        target = self._mods.get(mod_id)
+        if target is None:
+            raise BindingError(f"no mod {mod_id!r} is loaded [unknown_mod]",
+                               reason="unknown_mod")
+        if target.quarantine is not None:
+            raise BindingError(f"mod {mod_id!r} is quarantined [quarantined]",
+                               reason="quarantined")
+        entry = target.exports.get(name)
+        if entry is None:
+            raise BindingError(f"mod {mod_id!r} exports nothing named {name!r} "
+                               "[unknown_export]", reason="unknown_export")
+        return target, entry[0], entry[1]
+
+    def _import(self, caller: Mod, mod_id: str, name: str) -> tuple[Any, ...]:
+        _, kind, value = self._exported(caller, mod_id, name)
+        if kind == "function":
+            return ("function", None)
+        return ("data", self._copy(value, 1 << 62))
+
+    def _call_export(self, caller: Mod, mod_id: str, name: str, arg: Any,
+                     call: HostCall) -> Any:
+        target, kind, where = self._exported(caller, mod_id, name)
+        if kind != "function":
+            raise BindingError(f"{mod_id}.{name} is data, not a function [not_a_function]",
+                               reason="not_a_function")
+        limit = self.limits.max_call_depth
+        if len(self._chain) >= limit:
+            raise BindingError(f"cross-mod calls nest at most {limit} mods deep [call_depth]",
+                               reason="call_depth")
+        if mod_id in self._chain:
+            raise BindingError(f"mod {mod_id!r} is already in this call chain ("
+                               f"{' -> '.join(self._chain)}) [reentrant]", reason="reentrant")
+        arg = self._checked_copy(arg, "argument")
+        # Nested work borrows from the caller: no more wall time than it has left.
+        left = call.time_left_s()
+        if left <= 0:
+            raise BindingError("no time left in this call [timed_out]", reason="timed_out")
+        budget = target.budget
+        if left < budget.wall_s:
+            budget = budget.model_copy(update={"wall_s": left})
+        values = self._resume(target, f"export {name!r}", where, budget, name, arg)
+        if values is None or values[0] != _DONE:
+            failure = self._report.failures[-1] if self._report.failures else None
+            why = f": {failure.error.message}" if failure and failure.mod == mod_id else ""
+            raise BindingError(f"{mod_id}.{name} failed{why} [export_failed]",
+                               reason="export_failed")
+        result = values[1] if len(values) > 1 else None
+        return self._checked_copy(result, "result")

@@ -1,0 +1,207 @@
+"""One loaded mod as the engine sees it: its sandbox, callbacks, queue, state and stats."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .._errors import MoonboxError, ScriptError
+from ..bindings import ModApi
+from ..sandbox import Budget, FunctionHandle, Run, Sandbox
+
+__all__ = ["Callback", "Event", "Failure", "Mod", "ModStats", "Quarantine", "Task"]
+
+CallbackKind = Literal["on", "after", "every"]
+
+
+@dataclass(slots=True)
+class Callback:
+    """A handler (``on``) or timer (``after``, ``every``) a mod registered.
+
+    Attributes:
+        id: the id the mod got back (per mod).
+        kind: ``on``, ``after`` or ``every``.
+        event: the event of a handler.
+        interval: ticks between calls of a timer.
+        due: the tick a timer fires next.
+        where: ``chunk:line`` where the function was defined.
+        label: how failures name it: ``on('tick')``, ``every(5)``, ``after(3)``.
+    """
+
+    id: int
+    kind: CallbackKind
+    event: str | None = None
+    interval: int = 0
+    due: int = 0
+    where: str = "?"
+    label: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        # How failures name it: on('tick'), every(5), after(3).
+        if self.kind == "on":
+            self.label = f"on({self.event!r})"
+        else:
+            self.label = f"{self.kind}({self.interval})"
+
+
+@dataclass(slots=True)
+class Task:
+    """A callback paused in ``wait``: resumed at tick ``due``."""
+
+    id: int
+    due: int
+    label: str
+    where: str
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An event on its way to mods (or the game).
+
+    Attributes:
+        name: the event's name (``tick``, ``world:refused``, or a mod's own).
+        data: plain data, copied into each receiving mod.
+        source: the mod that emitted it, or ``None`` for the game.
+        tick: the tick it was emitted on.
+    """
+
+    name: str
+    data: Any = None
+    source: str | None = None
+    tick: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A call of a mod that failed: attributed to (mod, handler, chunk:line).
+
+    Attributes:
+        mod: the mod's id.
+        handler: which callback (``on('tick')``, ``every(5)``, ``export 'name'``, ``load``).
+        where: where that callback was defined (``chunk:line``).
+        error: the script error, with the line that failed and its kind (``runtime`` or
+            ``budget``).
+        tick: the tick it happened on.
+    """
+
+    mod: str
+    handler: str
+    where: str
+    error: ScriptError
+    tick: int
+
+    @property
+    def trip(self) -> bool:
+        return self.error.kind == "budget"
+
+    def __str__(self) -> str:
+        return (f"mod {self.mod!r}, {self.handler} defined at {self.where}: {self.error} "
+                f"(tick {self.tick})")
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantine:
+    """Why a mod's dispatch is suspended.
+
+    Attributes:
+        kind: ``failures`` (consecutive errors), ``trips`` (consecutive budget trips),
+            ``load`` (its main chunk failed), ``runtime`` (its runtime was lost, e.g.
+            replaced after an out-of-memory trip) or ``host`` (the host asked).
+        reason: one sentence for a person.
+        tick: when it began.
+        failure: the failure that tipped it, if any.
+    """
+
+    kind: Literal["failures", "trips", "load", "runtime", "host"]
+    reason: str
+    tick: int
+    failure: Failure | None = None
+
+
+@dataclass(slots=True)
+class ModStats:
+    """What a mod has spent and done since it was loaded.
+
+    ``memory_peak_bytes`` is the highest heap seen during a call (the heap now is
+    :attr:`Mod.memory_bytes`).
+    """
+
+    calls: int = 0
+    steps: int = 0
+    wall_s: float = 0.0
+    memory_peak_bytes: int = 0
+    errors: int = 0
+    trips: int = 0
+    events_dropped: int = 0
+    commands_applied: int = 0
+    commands_refused: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "calls": self.calls, "steps": self.steps, "wall_s": round(self.wall_s, 6),
+            "memory_peak_bytes": self.memory_peak_bytes,
+            "errors": self.errors, "trips": self.trips, "events_dropped": self.events_dropped,
+            "commands_applied": self.commands_applied,
+            "commands_refused": self.commands_refused,
+        }
+
+
+@dataclass(eq=False)
+class Mod:
+    """A loaded mod. Read it; change it through the :class:`~moonbox.engine.Game`.
+
+    Attributes:
+        id: the mod's id.
+        api: its bindings (:meth:`Registry.mod`).
+        sandbox: its own runtime.
+        budget: the budget of each of its calls.
+        quarantine: why dispatch is suspended, or ``None``.
+        stats: what it has spent.
+        state: its key/value state (plain data).
+    """
+
+    id: str
+    api: ModApi
+    sandbox: Sandbox
+    budget: Budget
+    chunk: str
+    quarantine: Quarantine | None = None
+    stats: ModStats = field(default_factory=ModStats)
+    state: dict[str, Any] = field(default_factory=dict)
+    state_bytes: dict[str, int] = field(default_factory=dict)
+    callbacks: dict[int, Callback] = field(default_factory=dict)
+    by_event: dict[str, list[Callback]] = field(default_factory=dict)
+    timers: list[tuple[int, int]] = field(default_factory=list)  # heap of (due, id)
+    tasks: dict[int, Task] = field(default_factory=dict)
+    queue: deque[Event] = field(default_factory=deque)
+    exports: dict[str, tuple[str, Any]] = field(default_factory=dict)  # name -> (kind, value)
+    emits_this_tick: int = 0
+    failures_in_a_row: int = 0
+    trips_in_a_row: int = 0
+    next_id: int = 1
+    _keeper: Run | None = field(default=None, repr=False)
+    _dispatch: FunctionHandle | None = field(default=None, repr=False)
+    _run: Run | None = field(default=None, repr=False)
+    _generation: int = 0
+
+    @property
+    def active(self) -> bool:
+        """Loaded and not quarantined."""
+        return self.quarantine is None
+
+    @property
+    def memory_bytes(self) -> int:
+        """The mod's heap now, in bytes (0 once its sandbox is closed)."""
+        try:
+            return self.sandbox.memory_used_bytes
+        except MoonboxError:
+            return 0
+
+    @property
+    def handler_count(self) -> int:
+        return sum(1 for c in self.callbacks.values() if c.kind == "on")
+
+    @property
+    def timer_count(self) -> int:
+        return len(self.callbacks) - self.handler_count

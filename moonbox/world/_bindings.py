@@ -1,0 +1,193 @@
+"""The ``coreai_world_*`` bindings: what a mod may ask of the world.
+
+Reads answer from the applied state. Writes never change the world: they queue a command
+(:meth:`World.submit`) that the world applies at the tick boundary, and return at once with
+the command's id, so a refusal event can be matched to the call that caused it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .._errors import BindingError
+from ..bindings import Binding
+from ..sandbox import HostCall
+from ._commands import (
+    ChangeArgs,
+    DestroyArgs,
+    FindArgs,
+    GridArgs,
+    NameArgs,
+    NoArgs,
+    RaycastArgs,
+    SetColorArgs,
+    SpawnArgs,
+    SpawnBatchArgs,
+)
+from ._errors import WorldError
+from ._model import Entity
+from ._world import World
+
+__all__ = ["WORLD_BINDINGS", "entity_table", "world_bindings"]
+
+WORLD_BINDINGS = (
+    "coreai_world_begin", "coreai_world_change", "coreai_world_commit", "coreai_world_destroy",
+    "coreai_world_exists", "coreai_world_find", "coreai_world_get", "coreai_world_grid",
+    "coreai_world_list_prefabs", "coreai_world_pos", "coreai_world_raycast",
+    "coreai_world_rollback", "coreai_world_set_color", "coreai_world_spawn",
+    "coreai_world_spawn_batch",
+)
+"""The names :func:`world_bindings` makes, sorted."""
+
+
+def _mod_of(call: HostCall) -> str:
+    api = call.mod
+    mod_id = getattr(api, "mod_id", None)
+    if not isinstance(mod_id, str):
+        # A world binding outside Registry.mod() would act with no owner: refused.
+        raise BindingError("needs a mod identity: grant it through Registry.mod() [failed]",
+                           reason="failed")
+    return mod_id
+
+
+def entity_table(e: Entity, world: World) -> dict[str, Any]:
+    """An entity as the table a mod sees (``parent`` by name)."""
+    return {
+        "id": e.id, "prefab": e.prefab, "name": e.name, "x": e.x, "y": e.y, "z": e.z,
+        "rx": e.rx, "ry": e.ry, "rz": e.rz, "scale": e.scale,
+        "parent": world.name_of(e.parent), "color": list(e.color),
+        "properties": dict(e.properties), "owner": e.owner,
+    }
+
+
+def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
+    """The ``coreai_world_*`` bindings over ``world`` (or a function returning the world to
+    use at call time, for hosts that swap worlds).
+
+    Risks: reads are ``read``; every write, ``destroy`` included, is ``write``: a mod may
+    only change or destroy entities it owns (checked when the command applies), so destroy
+    reaches no further than change does. All are in the group ``world``.
+    """
+    get_world: Callable[[], World] = world if callable(world) else (lambda: world)  # type: ignore[assignment]
+
+    def submit(call: HostCall, kind: str, args: Any) -> int:
+        try:
+            return get_world().submit(kind, args, _mod_of(call)).id  # type: ignore[arg-type]
+        except WorldError as exc:
+            raise BindingError(f"{exc} [{exc.code}]", reason=exc.code) from None
+
+    def spawn(call: HostCall, args: SpawnArgs) -> tuple[Any, ...]:
+        """Queue a spawn; returns the entity's name (generated if not given) and the command id."""
+        try:
+            command = get_world().submit("spawn", args, _mod_of(call))
+        except WorldError as exc:
+            raise BindingError(f"{exc} [{exc.code}]", reason=exc.code) from None
+        return (command.args.name, command.id)
+
+    def change(call: HostCall, args: ChangeArgs) -> int:
+        """Queue a change of the given fields of an entity you own; returns the command id."""
+        return submit(call, "change", args)
+
+    def set_color(call: HostCall, args: SetColorArgs) -> int:
+        """Queue a color change (r, g, b, a in 0..1); returns the command id."""
+        return submit(call, "set_color", args)
+
+    def destroy(call: HostCall, args: DestroyArgs) -> int:
+        """Queue the destruction of an entity you own and its descendants; returns the id."""
+        return submit(call, "destroy", args)
+
+    def spawn_batch(call: HostCall, args: SpawnBatchArgs) -> tuple[Any, ...]:
+        """Queue 1-100 spawns applied all or none; returns their names and the command id."""
+        try:
+            command = get_world().submit("spawn_batch", args, _mod_of(call))
+        except WorldError as exc:
+            raise BindingError(f"{exc} [{exc.code}]", reason=exc.code) from None
+        return ([i.name for i in command.args.items], command.id)
+
+    def grid(call: HostCall, args: GridArgs) -> int:
+        """Queue a grid of nx * nz (<= 100) spawns named <name>_<i>_<j>; returns the id."""
+        return submit(call, "grid", args)
+
+    def tx(op: str) -> Callable[[HostCall, NoArgs], Any]:
+        def run(call: HostCall, args: NoArgs) -> Any:
+            w, mod = get_world(), _mod_of(call)
+            try:
+                if op == "begin":
+                    w.begin(mod)
+                    return True
+                return w.commit(mod) if op == "commit" else w.rollback(mod)
+            except WorldError as exc:
+                raise BindingError(f"{exc} [{exc.code}]", reason=exc.code) from None
+        return run
+
+    def exists(call: HostCall, args: NameArgs) -> bool:
+        """Whether an entity of that name exists (applied state)."""
+        return get_world().exists(args.name)
+
+    def pos(call: HostCall, args: NameArgs) -> tuple[Any, ...]:
+        """x, y, z of the entity, or nil."""
+        p = get_world().position(args.name)
+        return (None,) if p is None else p
+
+    def get(call: HostCall, args: NameArgs) -> Any:
+        """The entity as a table, or nil."""
+        w = get_world()
+        e = w.get(args.name)
+        return None if e is None else entity_table(e, w)
+
+    def find(call: HostCall, args: FindArgs) -> list[str]:
+        """Names containing text, ignoring case, by id (at most limit, <= 100)."""
+        return get_world().find(args.text, args.limit)
+
+    def list_prefabs(call: HostCall, args: NoArgs) -> list[dict[str, Any]]:
+        """The prefabs that may be spawned: name, description, properties with defaults."""
+        out = []
+        for p in get_world().prefabs:
+            defaults = {}
+            for name, f in p.properties.model_fields.items():
+                if not f.is_required() and isinstance(f.default, (bool, int, float, str)):
+                    defaults[name] = f.default
+            out.append({"name": p.name, "description": p.description, "properties": defaults})
+        return out
+
+    def raycast(call: HostCall, args: RaycastArgs) -> Any:
+        """The nearest entity a ray hits: {name, distance, x, y, z}, or nil."""
+        try:
+            hit = get_world().raycast((args.x, args.y, args.z), (args.dx, args.dy, args.dz),
+                                      args.max_distance)
+        except ValueError as exc:
+            raise BindingError(str(exc)) from None
+        if hit is None:
+            return None
+        name, distance = hit
+        return {"name": name, "distance": distance,
+                "x": args.x + args.dx * distance, "y": args.y + args.dy * distance,
+                "z": args.z + args.dz * distance}
+
+    def make(name: str, args: Any, fn: Callable[..., Any], risk: str, cost: int,
+             description: str = "") -> Binding:
+        doc = description or (fn.__doc__ or "").strip().split("\n")[0]
+        return Binding(f"coreai_world_{name}", args, fn, risk=risk, group="world",  # type: ignore[arg-type]
+                       cost=cost, description=doc)
+
+    return (
+        make("spawn", SpawnArgs, spawn, "write", 2),
+        make("change", ChangeArgs, change, "write", 2),
+        make("set_color", SetColorArgs, set_color, "write", 2),
+        make("destroy", DestroyArgs, destroy, "write", 2),
+        make("spawn_batch", SpawnBatchArgs, spawn_batch, "write", 20),
+        make("grid", GridArgs, grid, "write", 20),
+        make("begin", NoArgs, tx("begin"), "write", 1,
+             "Open a transaction: later writes collect until commit (at most 256)."),
+        make("commit", NoArgs, tx("commit"), "write", 1,
+             "Queue the open transaction, applied all or none; returns its size."),
+        make("rollback", NoArgs, tx("rollback"), "write", 1,
+             "Drop the open transaction; returns how many commands it held."),
+        make("exists", NameArgs, exists, "read", 1),
+        make("pos", NameArgs, pos, "read", 1),
+        make("get", NameArgs, get, "read", 2),
+        make("find", FindArgs, find, "read", 10),
+        make("list_prefabs", NoArgs, list_prefabs, "read", 5),
+        make("raycast", RaycastArgs, raycast, "read", 10),
+    )
