@@ -133,8 +133,13 @@ local function refill()
   cell[0] = w
 end
 
+-- jit=False: set when the count hook was armed for single instructions (see hook below).
+local hook_pending = false
+local restore_hook  -- set with the hook
+
 local function slow()
   if tripped then raise_trip() end
+  if hook_pending then restore_hook() end
   account()
   local t = now()
   local dt = t - m_last_poll
@@ -174,15 +179,37 @@ end
 -- jit=False mode: a count hook drives the same meter. One hook call is HOOK_STEPS steps.
 local HOOK_INSTRUCTIONS = config.hook_instructions
 local HOOK_STEPS = config.hook_steps
-local function hook()
+local hook
+
+-- Armed for one instruction at a time when the meter ran out inside the prelude: polls at
+-- the first instruction back in mod code. (Waiting for the next full count instead let a
+-- loop whose length divides the count land in the prelude every time, and never trip:
+-- found by the fuzzer.)
+restore_hook = function()
+  hook_pending = false
+  sethook(hook, "", HOOK_INSTRUCTIONS)
+end
+
+local function pending_hook()
+  local info = getinfo(2, "S")
+  if info and info.source == PRELUDE_SOURCE then return end
+  restore_hook()
+  if m_active then slow() end
+end
+
+hook = function()
   if not m_active then return end
   local c = cell[0] - HOOK_STEPS
   cell[0] = c
   if c < 0 then
     -- Never poll or trip inside the prelude's own code (the host's work between the mod's
-    -- steps): the next hook in mod code does.
+    -- steps): the first instruction back in mod code does.
     local info = getinfo(2, "S")
-    if info and info.source == PRELUDE_SOURCE then return end
+    if info and info.source == PRELUDE_SOURCE then
+      hook_pending = true
+      sethook(pending_hook, "", 1)
+      return
+    end
     slow()
   end
 end
@@ -195,8 +222,12 @@ else
   sethook(hook, "", HOOK_INSTRUCTIONS)
 end
 
--- Charge `cost` steps for work done outside instrumented code (bindings).
+-- Charge `cost` steps for work done outside instrumented code (bindings, library calls).
+-- A cost that is not a number below MAX_CHARGE (NaN, infinite, huge) is MAX_CHARGE: far
+-- past any step budget, and still small enough for the meter to account.
+local MAX_CHARGE = 2 ^ 50
 local function charge(cost)
+  if not (cost < MAX_CHARGE) then cost = MAX_CHARGE end
   local c = cell[0] - cost
   cell[0] = c
   if c < 0 then slow() end
@@ -499,11 +530,22 @@ function wrapped_lib.string.char(...)
   return s_char(...)
 end
 
+-- Where a string function's index lands, as the runtime clamps it (NaN and infinities
+-- included: they become the lowest integer there), for an upper bound of the work.
+local function clamped_index(x, len, default)
+  x = tonumber(x) or default
+  if x ~= x or x == -huge then return 1 end
+  if x < 0 then x = len + x + 1 end
+  if x < 1 then return 1 end
+  if x > len then return len end
+  return x
+end
+
 function wrapped_lib.string.byte(s, i, j)
   local len = coerced_len(s)
-  local first, last = tonumber(i) or 1, tonumber(j) or tonumber(i) or 1
-  if first < 0 then first = len + first + 1 end
-  if last < 0 then last = len + last + 1 end
+  local first = clamped_index(i, len, 1)
+  local last = j == nil and (i == nil and 1 or first) or clamped_index(j, len, len)
+  if j ~= nil and tonumber(j) ~= tonumber(j) then last = len end  -- NaN: bound it high
   if last > first then charge_work(last - first) end
   return s_byte(s, i, j)
 end
@@ -535,19 +577,29 @@ function wrapped_lib.table.concat(t, sep, i, j)
   return charged(concat(t, sep, i, j))
 end
 
--- Inserting or removing at a position moves every value after it.
+-- Inserting or removing at a position moves every value after it. A position the runtime
+-- would turn into a huge count of moves (NaN, infinite, far below 1: it converts them to
+-- the lowest integer) is refused.
+local MIN_POSITION = -2 ^ 20
+
+local function position(pos, fname)
+  local at = tonumber(pos)
+  if at == nil or not (at >= MIN_POSITION and at <= 2 ^ 31) then
+    raise_here("bad argument #2 to '" .. fname .. "' (position out of bounds)")
+  end
+  return at
+end
+
 function wrapped_lib.table.insert(t, ...)
   if select("#", ...) >= 2 and type(t) == "table" then
-    local pos = tonumber((...))
-    if pos then charge_work(#t - pos) end
+    charge_work(#t - position((...), "insert"))
   end
   return t_insert(t, ...)
 end
 
 function wrapped_lib.table.remove(t, pos)
   if pos ~= nil and type(t) == "table" then
-    local at = tonumber(pos)
-    if at then charge_work(#t - at) end
+    charge_work(#t - position(pos, "remove"))
   end
   return t_remove(t, pos)
 end
@@ -1186,6 +1238,7 @@ function host.resume(id, start, growth_limited, ...)
   m_deadline = start + b_wall_s
   if m_k > 4096 then m_k = 4096 end
   refill()
+  if hook_pending then restore_hook() end  -- a resume that ended inside the prelude
   m_active = true
   return finish_resume(run, co_resume(run.co, ...))
 end

@@ -201,3 +201,41 @@ def test_guarded_string_functions_return_what_the_native_ones_do(s, n, sep, i, j
     expected = tuple(v.decode() if isinstance(v, bytes) else v for v in native)
     assert guarded.ok, guarded.error
     assert guarded.values == expected
+
+
+# Found in review: the runtime turns a NaN, infinite or far-negative position into its
+# lowest integer and then moves values ~2^31 times inside one C call (30 s), while the
+# guard charged nothing (NaN compares false) or a cost too large for the meter to count.
+@both_modes
+@pytest.mark.parametrize("pos", ["0/0", "-1/0", "1/0", "-2^60", "'nan'", "{}"])
+@pytest.mark.parametrize("fname", ["insert", "remove"])
+def test_hostile_positions_are_refused_at_once(jit, pos, fname):
+    call = f"table.insert(t, {pos}, 9)" if fname == "insert" else f"table.remove(t, {pos})"
+    t0 = time.perf_counter()
+    out = run(jit, f"local t = {{1, 2, 3}}\n{call}\nreturn #t")
+    assert time.perf_counter() - t0 < 5
+    assert out.status == "error", out
+    assert out.error.message == f"bad argument #2 to '{fname}' (position out of bounds)"
+    assert out.error.line == 2
+
+
+@both_modes
+def test_ordinary_positions_still_work(jit):
+    out = run(jit, "local t = {1, 2, 3} table.insert(t, 1, 0) table.insert(t, 9, 'far') "
+                   "local r = table.remove(t, 2) return t[1], r, #t, t[9], table.remove(t)")
+    assert out.values == (0, 1, 3, "far", 3)
+
+
+@both_modes
+@pytest.mark.parametrize("call", ["s:byte(0/0, 2^31 - 1)", "s:byte(-1/0, 1/0)", "s:byte(1, 0/0)"])
+def test_string_byte_is_charged_whatever_its_indices(jit, call):
+    out = run(jit, f"local s = ('x'):rep(7000) for i = 1, 1e6 do local n = select('#', {call}) end")
+    assert out.status == "budget" and out.error.budget == "steps"
+    assert out.stats.wall_s < 0.5  # charged like s:byte(1, -1), not 80 times less
+
+
+@both_modes
+@pytest.mark.parametrize("call", ["('x'):rep(1/0)", "('x'):rep(2^62)", "string.rep('ab', 2^55, 'c')"])
+def test_a_charge_too_large_to_count_still_trips(jit, call):
+    out = run(jit, f"local s = {call} return #s")
+    assert out.status == "budget" and out.error.budget == "steps", out

@@ -1,0 +1,473 @@
+"""The invariants every fuzzed program must keep, and the checker that runs one program.
+
+This module does not need the generator: the worker process imports only this one.
+
+Invariants (the names are what reproducers and reports show):
+
+- ``outcome``: the result is ``done``/``yielded`` with values, ``error`` with a
+  :class:`ScriptError` of kind ``syntax``, ``runtime`` or ``denied``, or ``budget`` with a
+  :class:`BudgetExceeded` of kind ``steps``, ``memory`` or ``time``; messages are bounded
+  strings; reports are bounded in count and size.
+- ``plain-data``: values, reports and errors hold only ``str``, ``int``, ``float``,
+  ``bool``, ``None``, ``list`` and ``dict`` (no lupa object, no other Python object), and no
+  host address.
+- ``host-exception``: nothing but a script fault leaves the sandbox (no :class:`HostError`,
+  no Python exception).
+- ``wall-time``: every resume ends within its wall budget plus a margin.
+- ``syntax-verdict``: the sandbox refuses a program as a syntax error exactly when LuaJIT's
+  own parser does (or when the instrumented form passes one of LuaJIT's limits).
+- ``capability``: after the program, nothing reachable from the mod's environment is a host
+  capability, a userdata or a raw-memory cdata (walked from the host side, ``reach.lua``).
+- ``sibling``: a sandbox created before the program still answers ``1 + 1`` and its
+  environment is unchanged (``fingerprint.lua``).
+- ``alive``: the program's sandbox, or its replacement after an out-of-memory trip, still
+  runs ``return 'alive'``.
+
+Two more are checked by the process that drives the worker (:mod:`moonbox.fuzz._runner`):
+``crash`` (the worker process died) and ``hang`` (it did not answer in time), and
+``host-memory`` (the worker's resident memory grew past a bound over many programs).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from lupa import luajit21
+
+from .._errors import BudgetExceeded, Frame, ScriptError
+from ..bindings import Registry, default_bindings
+from ..sandbox import Budget, Outcome, Sandbox, Stats
+from ..sandbox._sandbox import MAX_MESSAGE_BYTES, MAX_REPORT_CHARS, MAX_REPORTS
+
+__all__ = [
+    "CHUNK",
+    "Checker",
+    "CaseResult",
+    "DEFAULT_MARGIN_S",
+    "DEFAULT_WALL_S",
+    "MAX_RESUMES",
+    "Violation",
+    "budget_for",
+    "check_outcome",
+    "check_plain",
+    "check_wall",
+]
+
+CHUNK = "@fuzz/program.lua"
+DEFAULT_WALL_S = 0.2
+"""Wall budget of each resume of a fuzzed program."""
+DEFAULT_MARGIN_S = 0.75
+"""How late past its wall budget a resume may end: generous, for a shared, noisy machine."""
+MAX_RESUMES = 3
+"""Resumes of a program that yields at top level before the fuzzer closes it."""
+MAX_MESSAGE_CHARS = MAX_MESSAGE_BYTES + 1024
+"""An error message longer than this is unbounded (the sandbox caps them at 4 KiB)."""
+MAX_FRAMES = 256
+"""More traceback frames than this is unbounded (the sandbox keeps at most 201)."""
+MAX_REACH_ENTRIES = 200_000
+"""Table entries the capability walk visits at most (a program may leave huge tables)."""
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+_SMALLEST_ADDRESS = 1 << 24
+_PYTHON_LEAKS = ("Traceback (most recent call last)", "_LuaTable", "_LuaFunction",
+                 "LuaError", "<Lua table", "<Lua function", "lupa.")  # fmt: skip
+_STATUSES = ("done", "yielded", "error", "budget")
+_ERROR_KINDS = ("syntax", "runtime", "denied")
+_BUDGET_KINDS = ("steps", "memory", "time")
+_PLAIN_SCALARS = (str, int, float, bool, type(None))
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One invariant a program broke.
+
+    Attributes:
+        invariant: the invariant's name (``outcome``, ``wall-time``, ``crash``, ...).
+        detail: what was seen, in one or a few lines.
+    """
+
+    invariant: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.invariant}: {self.detail}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"invariant": self.invariant, "detail": self.detail}
+
+
+def budget_for(profile: str, wall_s: float = DEFAULT_WALL_S) -> Budget:
+    """The budget of a case: ``steps`` (a small step budget), ``time`` (steps without
+    end, the wall budget trips) or ``memory`` (a small heap)."""
+    if profile == "steps":
+        return Budget(steps=100_000, wall_s=wall_s, max_memory=32 << 20, alloc_bytes=32 << 20)
+    if profile == "time":
+        return Budget(steps=1 << 50, wall_s=wall_s, max_memory=32 << 20, alloc_bytes=32 << 20)
+    if profile == "memory":
+        return Budget(steps=1 << 50, wall_s=wall_s, max_memory=8 << 20, alloc_bytes=4 << 20)
+    raise ValueError(f"unknown budget profile {profile!r}")
+
+
+# -- checks on values and outcomes (pure) ----------------------------------------------------
+
+
+def check_plain(value: Any, path: str = "value", depth: int = 0) -> str | None:
+    """Why ``value`` is not plain data, or ``None`` if it is.
+
+    Plain data: ``str``, ``int``, ``float``, ``bool``, ``None``, and lists and dicts of them
+    (dict keys: ``str``, ``int``, ``float`` or ``bool``). Exact types: a subclass (a lupa
+    object that pretends) is not plain. Strings must not show a host address.
+    """
+    kind = type(value)
+    if kind in _PLAIN_SCALARS:
+        if kind is str:
+            return _text_problem(value, path)
+        return None
+    if depth > 64:
+        return f"{path} is nested more than 64 levels"
+    if kind is list:
+        for i, item in enumerate(value):
+            problem = check_plain(item, f"{path}[{i}]", depth + 1)
+            if problem:
+                return problem
+        return None
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) not in (str, int, float, bool):
+                return f"{path} has a key of type {type(key).__name__}"
+            problem = check_plain(key, f"{path}<key>", depth + 1) or check_plain(
+                item, f"{path}[{key!r}]", depth + 1
+            )
+            if problem:
+                return problem
+        return None
+    return f"{path} is a {kind.__module__}.{kind.__qualname__}, not plain data"
+
+
+def _text_problem(text: str, path: str) -> str | None:
+    for m in _ADDRESS.finditer(text):
+        # The sandbox shows stable per-mod ids in the same form ("table: 0x00000002"); a
+        # real address of this 64-bit host is far above them.
+        if int(m.group(0), 16) >= _SMALLEST_ADDRESS:
+            return f"{path} shows what looks like a host address ({m.group(0)}): {text[:120]!r}"
+    for marker in _PYTHON_LEAKS:
+        if marker in text:
+            return f"{path} shows host internals ({marker!r}): {text[:120]!r}"
+    return None
+
+
+def check_outcome(outcome: Any, *, expect_syntax: bool | None = None) -> list[Violation]:
+    """The violations of the ``outcome`` and ``plain-data`` invariants in one outcome.
+
+    ``expect_syntax``: ``True`` if LuaJIT's parser refuses the program (the outcome must be a
+    syntax error), ``False`` if it accepts it (the outcome must not be one, unless the
+    instrumented form passed one of LuaJIT's limits), ``None`` not to check.
+    """
+    found: list[Violation] = []
+
+    def bad(invariant: str, detail: str) -> None:
+        found.append(Violation(invariant, detail))
+
+    if type(outcome) is not Outcome:
+        bad("outcome", f"not an Outcome: a {type(outcome).__qualname__}")
+        return found
+    status, error = outcome.status, outcome.error
+    if status not in _STATUSES:
+        bad("outcome", f"status {status!r} is none of {', '.join(_STATUSES)}")
+    if status in ("done", "yielded"):
+        if error is not None:
+            bad("outcome", f"status {status} carries an error: {error!r}")
+        if type(outcome.values) is not tuple:
+            bad("plain-data", f"values is a {type(outcome.values).__qualname__}")
+        else:
+            for i, value in enumerate(outcome.values):
+                problem = check_plain(value, f"value {i + 1}")
+                if problem:
+                    bad("plain-data", problem)
+    elif status == "error":
+        if type(error) is not ScriptError:
+            bad("outcome", f"status error carries a {type(error).__qualname__}, not a ScriptError")
+        elif error.kind not in _ERROR_KINDS:
+            bad("outcome", f"error kind {error.kind!r} is none of {', '.join(_ERROR_KINDS)}")
+        if outcome.values:
+            bad("outcome", "status error carries values")
+    elif status == "budget":
+        if type(error) is not BudgetExceeded:
+            bad("outcome", f"status budget carries a {type(error).__qualname__}")
+        elif error.budget not in _BUDGET_KINDS or error.kind != "budget":
+            bad("outcome", f"budget kind {error.budget!r} is none of {', '.join(_BUDGET_KINDS)}")
+    if isinstance(error, ScriptError):
+        found.extend(_check_error(error))
+    found.extend(_check_reports(outcome.reports))
+    if type(outcome.stats) is not Stats or not all(
+        type(x) in (int, float) and math.isfinite(x) and x >= 0 for x in outcome.stats
+    ):
+        bad("outcome", f"stats are not finite numbers: {outcome.stats!r}")
+    if expect_syntax is True and not (status == "error" and getattr(error, "kind", None) == "syntax"):
+        bad("syntax-verdict", f"LuaJIT's parser refuses the program, but the sandbox gave {status}"
+            + (f" ({error})" if error is not None else ""))
+    if (
+        expect_syntax is False
+        and status == "error"
+        and getattr(error, "kind", None) == "syntax"
+        and "once instrumented" not in str(error)
+    ):
+        bad("syntax-verdict", f"LuaJIT's parser accepts the program, but the sandbox refused it: "
+            f"{error}")
+    return found
+
+
+def _check_error(error: ScriptError) -> list[Violation]:
+    found = []
+    message = error.message
+    if type(message) is not str:
+        return [Violation("plain-data", f"the error message is a {type(message).__qualname__}")]
+    if len(message) > MAX_MESSAGE_CHARS:
+        found.append(Violation("outcome", f"the error message is unbounded: {len(message)} chars"))
+    problem = _text_problem(message, "the error message")
+    if problem:
+        found.append(Violation("plain-data", problem))
+    if error.chunk is not None and type(error.chunk) is not str:
+        found.append(Violation("plain-data", f"the error chunk is a {type(error.chunk).__name__}"))
+    if error.line is not None and type(error.line) is not int:
+        found.append(Violation("plain-data", f"the error line is a {type(error.line).__name__}"))
+    if len(error.traceback) > MAX_FRAMES:
+        found.append(Violation("outcome", f"the traceback has {len(error.traceback)} frames"))
+    for frame in error.traceback:
+        if type(frame) is not Frame or type(frame.chunk) is not str:
+            found.append(Violation("plain-data", f"a traceback frame is not plain: {frame!r}"))
+            break
+    if isinstance(error, BudgetExceeded):
+        for name in ("limit", "used"):
+            value = getattr(error, name)
+            if type(value) not in (int, float):
+                found.append(Violation("plain-data", f"the trip's {name} is a {type(value)}"))
+    return found
+
+
+def _check_reports(reports: Any) -> list[Violation]:
+    if type(reports) is not tuple:
+        return [Violation("plain-data", f"reports is a {type(reports).__qualname__}")]
+    found = []
+    if len(reports) > MAX_REPORTS:
+        found.append(Violation("outcome", f"{len(reports)} reports, more than {MAX_REPORTS}"))
+    for i, line in enumerate(reports):
+        if type(line) is not str:
+            found.append(Violation("plain-data", f"report {i + 1} is a {type(line).__qualname__}"))
+            break
+        if len(line) > MAX_REPORT_CHARS:
+            found.append(Violation("outcome", f"report {i + 1} has {len(line)} chars"))
+            break
+        problem = _text_problem(line, f"report {i + 1}")
+        if problem:
+            found.append(Violation("plain-data", problem))
+            break
+    return found
+
+
+def check_wall(elapsed_s: float, budget: Budget, margin_s: float) -> Violation | None:
+    """A ``wall-time`` violation if one resume ran past its wall budget plus the margin."""
+    if elapsed_s > budget.wall_s + margin_s:
+        return Violation(
+            "wall-time",
+            f"a resume ran {elapsed_s:.3f} s, past its wall budget of {budget.wall_s} s "
+            f"plus the margin of {margin_s} s",
+        )
+    return None
+
+
+# -- running one program ---------------------------------------------------------------------
+
+
+def _lua_file(name: str) -> bytes:
+    return resources.files("moonbox.fuzz").joinpath(name).read_bytes()
+
+
+@dataclass
+class CaseResult:
+    """What running one program showed.
+
+    Attributes:
+        violations: the invariants it broke (empty when none).
+        status: ``done``, ``yielded``, ``error:<kind>`` or ``budget:<kind>``, for statistics.
+        elapsed_s: wall time of its resumes, together.
+    """
+
+    violations: list[Violation] = field(default_factory=list)
+    status: str = ""
+    elapsed_s: float = 0.0
+
+
+class Checker:
+    """Runs fuzzed programs one by one and checks every invariant on each.
+
+    Each program runs in a fresh sandbox with the default bindings (``report``, ``add``),
+    made through a registry as a host would. One sibling sandbox lives as long as the checker
+    and is fingerprinted after every program.
+
+    Args:
+        jit: the metering mode of every sandbox.
+        wall_s: the wall budget of each resume.
+        margin_s: how late past ``wall_s`` a resume may end.
+    """
+
+    def __init__(
+        self, *, jit: bool = True, wall_s: float = DEFAULT_WALL_S,
+        margin_s: float = DEFAULT_MARGIN_S,
+    ) -> None:
+        self.jit = jit
+        self.wall_s = wall_s
+        self.margin_s = margin_s
+        self._api = Registry(default_bindings()).mod("fuzz")
+        self._reach = _lua_file("reach.lua")
+        self._fingerprint = _lua_file("fingerprint.lua")
+        self._parser = luajit21.LuaRuntime(register_eval=False, register_builtins=False,
+                                           encoding=None)
+        self._parses = self._parser.execute(
+            b"require('ffi') return function(s) return load(s, '=fuzz', 't') ~= nil end"
+        )
+        probe = self._sandbox(budget_for("steps", wall_s))
+        try:
+            self._wrapped = bytes(probe._rt.execute(_lua_file("wrapped.lua"), probe._env))
+        finally:
+            probe.close()
+        self.wrapped_names: tuple[str, ...] = tuple(self._wrapped.decode().split())
+        """Functions of the mod environment the prelude wraps ("pcall", "coroutine.resume",
+        ...): their real versions must be out of a mod's reach."""
+        self._sibling = self._sandbox(Budget(steps=10_000_000, wall_s=5.0))
+        self._sibling_print = self._sibling_fingerprint()
+
+    def close(self) -> None:
+        """Release the sibling sandbox and the bindings' scope."""
+        self._sibling.close()
+        self._api.close()
+
+    def _sandbox(self, budget: Budget) -> Sandbox:
+        return self._api.sandbox(budget, jit=self.jit)
+
+    def parses(self, source: str) -> bool:
+        """Whether LuaJIT's own parser accepts the source (nothing of it runs)."""
+        return bool(self._parses(source.encode("utf-8", "surrogateescape")))
+
+    def check(self, source: str, profile: str) -> CaseResult:
+        """Run one program under the profile's budget; every invariant it broke."""
+        result = CaseResult()
+        budget = budget_for(profile, self.wall_s)
+        expect_syntax = not self.parses(source)
+        sb = self._sandbox(budget)
+        try:
+            outcome = self._run(sb, source, budget, result)
+            if outcome is not None:
+                result.violations.extend(check_outcome(outcome, expect_syntax=expect_syntax))
+                result.status = _summary(outcome)
+            self._after(sb, result)
+        finally:
+            sb.close()
+        self._check_sibling(result)
+        return result
+
+    def _run(self, sb: Sandbox, source: str, budget: Budget, result: CaseResult) -> Outcome | None:
+        try:
+            run = sb.start(source, CHUNK)
+        except ScriptError as exc:
+            return Outcome("error", (), exc)
+        except Exception as exc:  # noqa: BLE001 - any escape is the finding
+            result.violations.append(_escaped(exc, "compiling"))
+            result.status = "host-exception"
+            return None
+        outcome: Outcome | None = None
+        try:
+            for i in range(MAX_RESUMES):
+                t0 = time.perf_counter()
+                outcome = run.resume()
+                elapsed = time.perf_counter() - t0
+                result.elapsed_s += elapsed
+                late = check_wall(elapsed, budget, self.margin_s)
+                if late:
+                    result.violations.append(late)
+                if outcome.status != "yielded" or i == MAX_RESUMES - 1:
+                    break  # the caller checks the last outcome
+                result.violations.extend(check_outcome(outcome))
+        except Exception as exc:  # noqa: BLE001
+            result.violations.append(_escaped(exc, "running"))
+            result.status = "host-exception"
+            return None
+        finally:
+            run.close()
+        return outcome
+
+    def _after(self, sb: Sandbox, result: CaseResult) -> None:
+        try:
+            alive = sb.run("return 'alive'", "=fuzz-alive")
+        except Exception as exc:  # noqa: BLE001
+            result.violations.append(_escaped(exc, "running 'return alive' after the program"))
+            return
+        if alive.status != "done" or alive.values != ("alive",):
+            result.violations.append(Violation(
+                "alive", f"the sandbox no longer runs `return 'alive'`: {alive.status} "
+                f"{alive.error or alive.values!r} (replaced {sb.replacements} times)"
+            ))
+        result.violations.extend(self.reachable(sb))
+
+    def reachable(self, sb: Sandbox) -> list[Violation]:
+        """``capability`` violations: host capabilities reachable from the sandbox's mod
+        environment, walked from the host side of its runtime."""
+        rt = sb._rt
+        limit = sb._current_limit
+        try:
+            rt.set_max_memory(0)  # the walk's own tables must never meet the mod's limit
+            found, _visited = rt.execute(self._reach, sb._env, self._wrapped, MAX_REACH_ENTRIES)
+            findings = [found[i].decode("utf-8", "replace") for i in range(1, len(found) + 1)]
+        except Exception as exc:  # noqa: BLE001
+            return [Violation("capability", f"the walk of the environment failed: {exc}")]
+        finally:
+            rt.set_max_memory(limit, True)
+            rt.gccollect()
+        return [Violation("capability", f"reachable from the mod: {f}") for f in findings]
+
+    def _sibling_fingerprint(self) -> Any:
+        out = self._sibling.run(self._fingerprint, "=fuzz-sibling")
+        return out.status, out.values, str(out.error) if out.error else None
+
+    def _check_sibling(self, result: CaseResult) -> None:
+        try:
+            now = self._sibling_fingerprint()
+            sum_ok = self._sibling.run("return 1 + 1", "=fuzz-sibling").values == (2,)
+        except Exception as exc:  # noqa: BLE001
+            result.violations.append(Violation("sibling", f"the sibling sandbox failed: {exc!r}"))
+            return
+        if now != self._sibling_print:
+            result.violations.append(Violation(
+                "sibling", f"the sibling sandbox's environment changed: {_diff(self._sibling_print, now)}"
+            ))
+        if not sum_ok:
+            result.violations.append(Violation("sibling", "the sibling no longer answers 1 + 1"))
+
+
+def _diff(before: Any, after: Any) -> str:
+    if before[0] != after[0] or before[2] != after[2]:
+        return f"status {before[0]} -> {after[0]} {after[2] or ''}".strip()
+    b, a = before[1], after[1]
+    if b and a and b[0] != a[0]:
+        old, new = set(b[0].split()), set(a[0].split())
+        return f"globals added {sorted(new - old)[:10]}, removed {sorted(old - new)[:10]}"
+    changed = [i for i, (x, y) in enumerate(zip(b, a, strict=False)) if x != y]
+    return f"values {changed} differ: {[a[i] for i in changed]!r}"[:400]
+
+
+def _escaped(exc: BaseException, when: str) -> Violation:
+    text = str(exc).splitlines()[0][:300] if str(exc) else ""
+    return Violation("host-exception", f"{type(exc).__qualname__} while {when}: {text}")
+
+
+def _summary(outcome: Outcome) -> str:
+    if outcome.status == "budget":
+        return f"budget:{outcome.budget}"
+    if outcome.status == "error" and outcome.error is not None:
+        return f"error:{outcome.error.kind}"
+    return outcome.status

@@ -1,0 +1,652 @@
+"""Lua programs composed from dangerous primitives, as strategies for the fuzzer.
+
+Each primitive is a small template of Lua text with holes. A hole is filled by a
+sub-program (a block of statements or an expression, drawn recursively up to a depth) or by
+a hostile value (NaN, huge counts, patterns that backtrack, format strings with widths).
+
+Programs are valid Lua by construction: the renderer knows where it is (inside a loop, inside
+a vararg function) and only emits ``break``, ``goto`` and ``...`` where they are legal, and
+every label is fresh. A small share of programs is then broken on purpose
+(:func:`corrupt`); the fuzzer asks LuaJIT's own parser which programs it accepts, so the
+sandbox's verdict is checked against the parser's in both directions.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import cache
+from typing import Literal
+
+from hypothesis import strategies as st
+
+__all__ = ["FuzzCase", "PROFILES", "Profile", "Render", "corrupt", "fuzz_cases", "programs"]
+
+Profile = Literal["steps", "time", "memory"]
+PROFILES: tuple[Profile, ...] = ("steps", "time", "memory")
+"""Which limit is tight for a case: the step budget, the wall budget or the heap."""
+
+
+@dataclass
+class Ctx:
+    """Where a piece of program is rendered: what is legal there.
+
+    Attributes:
+        names: the shared counter of fresh labels and names.
+        vararg: ``...`` is legal (the main chunk and ``function(...)`` bodies).
+        loop: the continue label of the innermost loop of this function, or ``None``
+            outside loops (then ``break`` and ``goto`` are not emitted).
+    """
+
+    names: itertools.count = field(default_factory=itertools.count)
+    vararg: bool = True
+    loop: str | None = None
+
+    def fresh(self, prefix: str = "L") -> str:
+        return f"{prefix}{next(self.names)}"
+
+
+Render = Callable[[Ctx], str]
+"""A piece of program, rendered once its context is known."""
+
+# Hole kinds of a template, written $1..$9 in its text:
+#   e   expression, same context          b   block, same context
+#   lb  block in this template's loop     fb  block of a new function (no varargs)
+#   vb  block of a new vararg function    fe  expression in a new function (no varargs)
+#   n   small count   k   huge count   s   string literal   p   pattern   f   format
+#   r   a replacement for gsub (string, table or function)   h   a hostile value
+# $C is the template's own fresh label (a loop's continue label), $V a fresh local name.
+Kinds = tuple[str, ...]
+
+
+def _const(text: str) -> Render:
+    return lambda ctx: text
+
+
+def lua_string(data: str) -> str:
+    """A Lua string literal for any text. Characters below 256 stand for that byte (so
+    ``"\\xff"`` is the byte 0xff, not valid UTF-8), the others for their UTF-8 bytes."""
+    out = []
+    for ch in data:
+        code = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 32 <= code < 127:
+            out.append(ch)
+        elif code < 256:
+            out.append(f"\\{code:03d}")
+        else:
+            out.append("".join(f"\\{b:03d}" for b in ch.encode("utf-8")))
+    return '"' + "".join(out) + '"'
+
+
+_HOLE = re.compile(r"\$([1-9CV])")
+
+
+def _template(text: str, kinds: Kinds, parts: tuple[Render, ...]) -> Render:
+    def render(ctx: Ctx) -> str:
+        label = ctx.fresh("c") if "$C" in text else None
+        local = ctx.fresh("v") if "$V" in text else None
+
+        def fill(m: re.Match[str]) -> str:
+            key = m.group(1)
+            if key == "C":
+                return label or ""
+            if key == "V":
+                return local or ""
+            index = int(key) - 1
+            kind = kinds[index]
+            if kind == "lb":
+                child = replace(ctx, loop=label)
+            elif kind in ("fb", "fe"):
+                child = replace(ctx, vararg=False, loop=None)
+            elif kind == "vb":
+                child = replace(ctx, vararg=True, loop=None)
+            else:
+                child = ctx
+            return parts[index](child)
+
+        return _HOLE.sub(fill, text)
+
+    return render
+
+
+# -- leaves ----------------------------------------------------------------------------------
+
+NUMBERS = (
+    "0", "1", "-1", "2", "3", "7", "42", "0.5", "-0.0", "1e308", "-1e308", "2^53", "2^63",
+    "-2^63", "0/0", "1/0", "-1/0", "math.huge", "-math.huge", "0x7fffffff", "0xffffffff",
+    "1e-320", "1LL", "-1LL", "0x10ULL", "3i", "255", "256", "65536", "2^31", "2^32",
+)  # fmt: skip
+COUNTS = (
+    "0", "1", "2", "10", "100", "1000", "1e4", "1e5", "1e6", "1e7", "2^24", "2^30", "2^31",
+    "2^53", "1e300", "math.huge", "-1", "-2^31", "0/0", "1/0", "0.5", "1e9",
+)  # fmt: skip
+PATTERNS = (
+    ".", ".-", "(.-)", "%a+", "(%w+)", "^(.*)$", "a*a*a*a*a*a*b", "(.)", "(.)(.)", "%s*",
+    "[^x]*", "((((((.-))))))", "%b()", "%f[%w]%w+", "(a*)*", ".-.-.-.-.-.-.-.-b", "x?",
+    "[%z\\1-\\255]*", "()", "(()", "[", "%", "%1", "(%1)", ".-$", "%d+%.?%d*",
+)  # fmt: skip
+FORMATS = (
+    "%s", "%d", "%5.2f", "%q", "%x", "%X", "%o", "%c", "%e", "%g", "%99d", "%-99s",
+    "%.99f", "%s%s%s", "%99.99f", "%%", "%i", "%u", "%a", "%p", "%10s|%-10s", "%.3s", "%",
+    "%z", "%s %d %f", "%099d",
+)  # fmt: skip
+STRINGS = ("", "x", "ab", "hello world", "a" * 40, "(())", "%", "\0", "\255\254", "é",
+           "\n", "return 1", "__index", "__gc", "python", "dump", "_G", "\27LuaJ")
+
+
+def counts() -> st.SearchStrategy[Render]:
+    return st.sampled_from(COUNTS).map(_const)
+
+
+def small() -> st.SearchStrategy[Render]:
+    return st.integers(0, 40).map(lambda n: _const(str(n)))
+
+
+def strings() -> st.SearchStrategy[Render]:
+    long_level = st.integers(0, 3)
+    quoted = st.one_of(st.sampled_from(STRINGS), st.text(max_size=12)).map(
+        lambda s: _const(lua_string(s))
+    )
+    long = st.tuples(st.text(alphabet="ab]=[\n ", max_size=10), long_level).map(
+        lambda p: _const(_long_string(*p))
+    )
+    return st.one_of(quoted, long)
+
+
+def _long_string(body: str, level: int) -> str:
+    eq = "=" * level
+    if f"]{eq}]" in body or body.endswith("]" + eq) or body.endswith("]"):
+        body = body.replace("]", "")
+    return f"[{eq}[{body}]{eq}]"
+
+
+def patterns() -> st.SearchStrategy[Render]:
+    bombs = st.integers(1, 40).map(lambda k: _const(f'(".-"):rep({k}) .. "x"'))
+    return st.one_of(st.sampled_from(PATTERNS).map(lambda p: _const(lua_string(p))), bombs)
+
+
+def formats() -> st.SearchStrategy[Render]:
+    return st.sampled_from(FORMATS).map(lambda f: _const(lua_string(f)))
+
+
+HOSTILE_VALUES = (
+    "0/0", "1/0", "-1/0", "2^63", "-0.0", "1LL", "string.rep(\"x\", 2^20)",
+    "string.rep(\"\\0\\255\", 1000)",
+    "(function() local t = {} t.self = t return t end)()",
+    "(function() local t = {} for i = 1, 100 do t = {t} end return t end)()",
+    "(function() local t = {} for i = 1, 1000 do t = {t} end return t end)()",
+    "(function() local t = {} for i = 1, 1e5 do t[i] = i end return t end)()",
+    "(function() local s = {} local t = {} for i = 1, 40 do t = {t, t, s} end return t end)()",
+    "setmetatable({}, {__index = function() while true do end end, __len = function() error(\"len\") end})",
+    "setmetatable({}, {__tostring = function() return {} end, __pairs = function() error(\"p\") end})",
+    "{[0/0 ~= 0/0 and 1 or 2] = 0/0, [1/0] = -1/0, [true] = print}",
+    "{f = print, co = coroutine.create(print), [print] = 1}",
+    "print", "coroutine.create(print)", "coroutine.running()", "_G", "string",
+)  # fmt: skip
+"""Values a binding or the host should refuse or copy safely: NaN, infinities, huge and
+deep and cyclic and shared tables, functions, coroutines, metatables that loop or fail."""
+
+
+def hostile() -> st.SearchStrategy[Render]:
+    return st.sampled_from(HOSTILE_VALUES).map(_const)
+
+
+NAMES = ("a", "b", "t", "s", "f", "co", "x", "mt", "hoard")
+
+LEAF_EXPRESSIONS = (
+    "nil", "true", "false", "{}", "{1, 2, 3}", "a", "b", "t", "s", "f", "co", "x", "hoard",
+    "_G", "string", "math", "table", "coroutine", "bit", "print", "report", "add", "pcall",
+    "error", "tostring", "setmetatable", "getmetatable", "select", "unpack", "next", "pairs",
+    "coroutine.yield", "coroutine.running()", "string.rep", "string.format", "string.gsub",
+    "table.sort", "table.concat", "function() end", "function(...) return ... end",
+    "coroutine.create(print)", "(\"x\"):rep(1000)", "{n = 1, [0] = 0, [-1] = -1}",
+)  # fmt: skip
+
+
+def _vararg_leaf(ctx: Ctx) -> str:
+    return "..." if ctx.vararg else "nil"
+
+
+def leaves() -> st.SearchStrategy[Render]:
+    return st.one_of(
+        st.sampled_from(NUMBERS).map(_const),
+        st.sampled_from(LEAF_EXPRESSIONS).map(_const),
+        strings(),
+        st.just(_vararg_leaf),
+    )
+
+
+# -- expressions -----------------------------------------------------------------------------
+
+EXPRESSIONS: tuple[tuple[str, Kinds], ...] = (
+    # operators
+    ("($1) .. ($2)", ("e", "e")),
+    ("($1) + ($2)", ("e", "e")),
+    ("($1) % ($2)", ("e", "e")),
+    ("($1) ^ ($2)", ("e", "e")),
+    ("-($1)", ("e",)),
+    ("#($1)", ("e",)),
+    ("not ($1)", ("e",)),
+    ("($1) == ($2)", ("e", "e")),
+    ("($1) < ($2)", ("e", "e")),
+    ("($1) <= ($2)", ("e", "e")),
+    ("($1) and ($2) or ($3)", ("e", "e", "e")),
+    ("($1)[ $2 ]", ("e", "e")),
+    ("($1)($2)", ("e", "e")),
+    ("($1):upper()", ("e",)),
+    ("{$1, $2, k = $3, [ $4 ] = $5}", ("e", "e", "e", "e", "e")),
+    ("{$1}", ("e",)),
+    ("(function() $1 end)()", ("fb",)),
+    ("(function(...) $1 return ... end)($2)", ("vb", "e")),
+    ("function(a, b) $1 return $2 end", ("fb", "fe")),
+    # the library, with ordinary and hostile arguments
+    ("string.rep($1, $2)", ("s", "k")),
+    ("string.rep($1, $2, $3)", ("s", "k", "s")),
+    ("string.rep($1, $2)", ("e", "e")),
+    ("string.format($1, $2, $3)", ("f", "e", "e")),
+    ("string.format($1, string.rep(\"x\", $2))", ("f", "k")),
+    ("string.format(\"%\" .. $1 .. \"d\", 1)", ("k",)),
+    ("string.gsub($1, $2, $3)", ("e", "p", "r")),
+    ("string.gsub(string.rep(\"ab\", $1), $2, $3, $4)", ("k", "p", "r", "e")),
+    ("string.find(string.rep(\"a\", $1), $2)", ("k", "p")),
+    ("string.match(string.rep(\"a\", $1) .. \"c\", $2)", ("k", "p")),
+    ("string.find($1, $2, $3, $4)", ("e", "p", "e", "e")),
+    ("string.byte(string.rep(\"x\", $1), 1, -1)", ("k",)),
+    ("string.byte($1, $2, $3)", ("e", "e", "e")),
+    ("string.char($1, $2)", ("e", "e")),
+    ("string.sub($1, $2, $3)", ("e", "e", "e")),
+    ("string.reverse(string.rep(\"ab\", $1))", ("k",)),
+    ("string.len($1)", ("e",)),
+    ("string.lower($1)", ("e",)),
+    ("tostring($1)", ("e",)),
+    ("tonumber($1, $2)", ("e", "e")),
+    ("tonumber(string.rep(\"9\", $1))", ("k",)),
+    ("table.concat($1, $2)", ("e", "e")),
+    ("table.concat({string.rep(\"x\", $1), string.rep(\"y\", $2)}, string.rep(\",\", $3))",
+     ("k", "k", "n")),
+    ("select($1, $2, $3)", ("e", "e", "e")),
+    ("select(\"#\", unpack({}, 1, $1))", ("k",)),
+    ("unpack($1, $2, $3)", ("e", "e", "e")),
+    ("unpack({1, 2, 3}, $1, $2)", ("k", "k")),
+    ("math.floor($1)", ("e",)),
+    ("math.max($1, $2)", ("e", "e")),
+    ("math.random($1, $2)", ("e", "e")),
+    ("math.fmod($1, $2)", ("e", "e")),
+    ("bit.lshift($1, $2)", ("e", "e")),
+    ("bit.tohex($1, $2)", ("e", "e")),
+    ("bit.bxor($1, $2)", ("e", "e")),
+    ("next($1)", ("e",)),
+    ("rawget($1, $2)", ("e", "e")),
+    ("rawequal($1, $2)", ("e", "e")),
+    ("type($1)", ("e",)),
+    ("getmetatable($1)", ("e",)),
+    ("setmetatable({}, {__index = $1, __call = $2})", ("e", "e")),
+    ("pcall($1, $2)", ("e", "e")),
+    ("select(2, pcall(error, $1))", ("e",)),
+    ("select(2, xpcall(function() $1 end, function(e) return e end))", ("fb",)),
+    ("coroutine.wrap(function(...) $1 return $2 end)($3)", ("vb", "fe", "e")),
+    ("coroutine.resume(coroutine.create(function(...) $1 end), $2)", ("vb", "e")),
+    ("coroutine.status($1)", ("e",)),
+    ("collectgarbage($1)", ("e",)),
+    # binding calls with hostile arguments
+    ("add($1, $2)", ("e", "e")),
+    ("report($1)", ("e",)),
+    ("select(2, pcall(report, $1, $2))", ("e", "e")),
+    ("select(2, pcall(add, $1))", ("e",)),
+    ("select(2, pcall(report, $1))", ("h",)),
+    ("select(2, pcall(add, $1, $2))", ("h", "h")),
+    ("select(2, pcall(print, $1, $2))", ("h", "h")),
+    ("$1", ("h",)),
+    # hostile values
+    ("(function() local t = {} t.self = t t[t] = t return t end)()", ()),
+    ("(function() local t = {} for i = 1, $1 do t = {t} end return t end)()", ("n",)),
+    ("(function() local t = {} for i = 1, $1 do t = {t, t} end return t end)()", ("n",)),
+    ("(function() local t = {} for i = 1, $1 do t[i] = i end return t end)()", ("k",)),
+    ("setmetatable({}, {__tostring = function() $1 return $2 end})", ("fb", "fe")),
+    ("setmetatable({}, {__index = function(t, k) $1 return $2 end})", ("fb", "fe")),
+    ("setmetatable({}, {__len = function() $1 return $2 end, __eq = function() return true end})",
+     ("fb", "fe")),
+    ("setmetatable({}, {__metatable = $1, __gc = function() $2 end})", ("e", "fb")),
+    ("coroutine.create(function(...) $1 end)", ("vb",)),
+)  # fmt: skip
+
+# Replacements for gsub: strings with captures, tables, callbacks that do work.
+REPLACEMENTS: tuple[tuple[str, Kinds], ...] = (
+    ('"%1%1"', ()),
+    ('"%0%0%0%0"', ()),
+    ('"%2"', ()),
+    ("{a = 1, x = 2}", ()),
+    ("function(c) $1 return $2 end", ("fb", "fe")),
+    ("function(c) return c .. c end", ()),
+    ("$1", ("e",)),
+)
+
+
+# -- statements ------------------------------------------------------------------------------
+
+STATEMENTS: tuple[tuple[str, Kinds], ...] = (
+    # assignments and calls
+    ("local $V = $1", ("e",)),
+    ("x = $1", ("e",)),
+    ("t = $1", ("e",)),
+    ("a, b = $1, $2", ("e", "e")),
+    ("hoard = $1", ("e",)),
+    ("local _ = $1", ("e",)),
+    ("pcall(function() local _ = ($1)[ $2 ] end)", ("fe", "fe")),
+    ("pcall(function() ($1)[ $2 ] = $3 end)", ("fe", "fe", "fe")),
+    ("report($1)", ("e",)),
+    ("report($1)", ("h",)),
+    ("add($1, $2)", ("h", "e")),
+    ("print($1, $2)", ("e", "e")),
+    ("error($1)", ("h",)),
+    ("coroutine.yield($1)", ("h",)),
+    ("if $1 then $2 else $3 end", ("e", "b", "b")),
+    ("do $1 end", ("b",)),
+    # loops of every shape
+    ("for i = 1, $1 do do $2 end ::$C:: end", ("k", "lb")),
+    ("for i = $1, $2, $3 do do $4 end ::$C:: end", ("e", "e", "e", "lb")),
+    ("for i = $1, 1, -1 do do $2 end ::$C:: end", ("k", "lb")),
+    ("for i = 1, $1, 0.5 do do $2 end ::$C:: end", ("n", "lb")),
+    ("while true do do $1 end ::$C:: end", ("lb",)),
+    ("local $V = 0 while $V < $1 do $V = $V + 1 do $2 end ::$C:: end", ("k", "lb")),
+    ("repeat do $1 end ::$C:: until false", ("lb",)),
+    ("local $V = 0 repeat $V = $V + 1 do $2 end ::$C:: until $V >= $1", ("k", "lb")),
+    ("do local $V = 0 ::$C:: $V = $V + 1 do $2 end if $V < $1 then goto $C end end", ("k", "b")),
+    ("do ::$C:: do $1 end goto $C end", ("b",)),
+    ("for k, v in pairs($1) do do $2 end ::$C:: end", ("e", "lb")),
+    ("for k, v in ipairs($1) do do $2 end ::$C:: end", ("e", "lb")),
+    ("for k, v in next, $1 do do $2 end ::$C:: end", ("e", "lb")),
+    ("for w in string.gmatch(string.rep(\"ab \", $1), $2) do do $3 end ::$C:: end",
+     ("k", "p", "lb")),
+    ("for v in function() return 1 end do do $1 end ::$C:: end", ("lb",)),
+    ("for i = 1, $1 do for j = 1, $2 do do $3 end ::$C:: end end", ("k", "k", "lb")),
+    # recursion: plain, tail, mutual, through library callbacks
+    ("local function r(n) $1 return 1 + r(n + 1) end local _ = r(0)", ("fb",)),
+    ("local function r(n) $1 return r(n + 1) end r(0)", ("fb",)),
+    ("local function r(n) if n > $1 then return n end return r(n + 1) end local _ = r(0)", ("k",)),
+    ("local f1, f2 f1 = function(n) $1 return f2(n + 1) end f2 = function(n) return f1(n + 1) end "
+     "pcall(f1, 0)", ("fb",)),
+    ("local function r(n) return (string.gsub(\"a\", \"a\", function() $1 return r(n + 1) end)) end "
+     "pcall(r, 0)", ("fb",)),
+    ("local function r(n) return tostring(setmetatable({}, {__tostring = function() return r(n + 1) "
+     "end})) end pcall(r, 0)", ()),
+    ("local r r = setmetatable({}, {__index = function(t, k) $1 return r[k] end}) pcall(function() "
+     "return r.x end)", ("fb",)),
+    ("local p = {} local q = setmetatable({}, {__index = p}) setmetatable(p, {__index = q}) "
+     "pcall(function() return q.x end)", ()),
+    ("local function r(n) return pcall(r, n + 1) end r(0)", ()),
+    ("local function r(n) local co = coroutine.create(r) return coroutine.resume(co, n + 1) end "
+     "r(0)", ()),
+    # closures: chains and captured state
+    ("local g = function() return 1 end for i = 1, $1 do local h = g g = function() return h() + 1 "
+     "end end pcall(g)", ("k",)),
+    ("local fs = {} for i = 1, $1 do fs[i] = function() $2 return i end end", ("k", "fb")),
+    # protected calls, errors, error objects
+    ("pcall(function() $1 end)", ("fb",)),
+    ("pcall(pcall, pcall, function() $1 end)", ("fb",)),
+    ("xpcall(function() $1 end, function(e) $2 return e end)", ("fb", "fb")),
+    ("local ok, e = pcall(error, $1) report(ok)", ("e",)),
+    ("error($1)", ("e",)),
+    ("error($1, $2)", ("e", "e")),
+    ("error(setmetatable({}, {__tostring = function() $1 return $2 end, __index = function() $3 "
+     "end}))", ("fb", "fe", "fb")),
+    ("pcall(error, setmetatable({}, {__tostring = function() $1 end}))", ("fb",)),
+    ("assert($1, $2)", ("e", "e")),
+    # coroutines
+    ("co = coroutine.create(function(...) $1 coroutine.yield($2) $3 end) "
+     "coroutine.resume(co, $4) coroutine.resume(co) coroutine.resume(co)",
+     ("vb", "fe", "vb", "e")),
+    ("local w = coroutine.wrap(function(...) while true do $1 coroutine.yield($2) end end) "
+     "for i = 1, $3 do w() end", ("vb", "fe", "k")),
+    ("local c1 = coroutine.create(function() local c2 = coroutine.create(function() $1 "
+     "coroutine.yield(1) end) coroutine.resume(c2) coroutine.yield(coroutine.resume(c2)) end) "
+     "coroutine.resume(c1) coroutine.resume(c1)", ("fb",)),
+    ("local c = coroutine.create(function() pcall(coroutine.yield, $1) end) "
+     "coroutine.resume(c) coroutine.resume(c)", ("fe",)),
+    ("coroutine.wrap(function() table.sort({3, 2, 1}, function(a, b) coroutine.yield() return a < "
+     "b end) end)()", ()),
+    ("coroutine.yield($1)", ("e",)),
+    ("local c = coroutine.running() if c then coroutine.resume(c) end", ()),
+    ("for i = 1, $1 do hoard = coroutine.create(function() $2 end) coroutine.resume(hoard) end",
+     ("n", "fb")),
+    # metatables on tables, every event
+    ("mt = {__index = function(t, k) $1 return k end, __newindex = function(t, k, v) $2 end, "
+     "__call = function(self, ...) $3 return ... end, __tostring = function() return $4 end, "
+     "__concat = function(a, b) return $5 end, __eq = function() return true end, "
+     "__lt = function() $6 return true end, __le = function() return false end, "
+     "__len = function() return $7 end, __unm = function() return $8 end, "
+     "__gc = function() $9 end}",
+     ("fb", "fb", "vb", "fe", "fe", "fb", "fe", "fe", "fb")),
+    ("local o = setmetatable({}, mt) local o2 = setmetatable({}, mt) "
+     "pcall(function() local _ = o.x o.y = 1 o(1, 2) local _ = tostring(o) local _ = o .. \"s\" "
+     "local _ = o == o2 local _ = o < o2 local _ = o <= o2 local _ = #o local _ = -o end)", ()),
+    ("t = setmetatable({}, {__index = t, __mode = \"kv\", __metatable = $1})", ("e",)),
+    ("pcall(setmetatable, $1, $2)", ("e", "e")),
+    ("setmetatable(_G, {__index = function(t, k) $1 return $2 end, "
+     "__newindex = function(t, k, v) $3 end})", ("fb", "fe", "fb")),
+    # string bombs
+    ("s = \"x\" for i = 1, $1 do s = s .. s end", ("n",)),
+    ("s = string.rep($1, $2, $3)", ("s", "k", "s")),
+    ("s = string.format(\"%s%s%s%s\", s, s, s, s)", ()),
+    ("s = string.gsub(string.rep(\"x\", $1), \".\", function(c) $2 return c .. c end)",
+     ("k", "fb")),
+    ("local _ = string.find(string.rep(\"a\", $1), (\".-\"):rep($2) .. \"b\")", ("k", "n")),
+    ("local _ = string.rep(\"x\", 1e6):rep(1e6)", ()),
+    ("local _ = (\"x\"):rep(2^20):upper():lower():reverse()", ()),
+    ("local parts = {} for i = 1, $1 do parts[i] = tostring(i) end s = table.concat(parts, $2)",
+     ("k", "s")),
+    # table bombs
+    ("hoard = {} for i = 1, $1 do hoard[i] = {i} end", ("k",)),
+    ("hoard = {} for i = 1, $1 do hoard[#hoard + 1] = $2 end", ("k", "e")),
+    ("t = {} for i = 1, $1 do table.insert(t, 1, i) end", ("k",)),
+    ("t = {} t[ $1 ] = 1 t[ $2 ] = 2 local _ = #t, table.maxn(t)", ("k", "k")),
+    ("local _ = select(\"#\", unpack({}, 1, $1))", ("k",)),
+    ("local big = {} for i = 1, $1 do big[i] = i end local _ = select(-1, unpack(big))", ("k",)),
+    ("local st = {} for i = 1, $1 do st[i] = (i * 7919) % 1000 end table.sort(st, function(a, b) $2 "
+     "return $3 end)", ("k", "fb", "fe")),
+    ("local st = {} for i = 1, $1 do st[i] = i end pcall(table.sort, st, function() return true "
+     "end)", ("k",)),
+    ("pcall(table.sort, {3, 1, 2, $1, $2})", ("e", "e")),
+    ("pcall(table.concat, {1, {}, 3})", ()),
+    ("t = {} t[0/0 ~= 0/0 and 1 or 2] = 1 pcall(rawset, t, 0/0, 1)", ()),
+    # varargs
+    ("local function va(...) $1 return select(\"#\", ...), ... end local _ = va(unpack({1, 2, 3}, 1, "
+     "$2))", ("vb", "k")),
+    ("local _ = (function(...) return select($1, ...) end)(1, 2, 3)", ("e",)),
+    ("local function va(...) return ... end for i = 1, $1 do local _ = va(1, 2, 3, 4, 5, 6, 7, 8) "
+     "end", ("k",)),
+    # escape attempts
+    ("pcall(function() local mt = getmetatable(\"\") x = mt and mt.__index end)", ()),
+    ("pcall(function() x = (\"\").dump or string.dump or rawget(string, \"dump\") end)", ()),
+    ("pcall(function() x = load or loadstring or dofile or loadfile or require end)", ()),
+    ("pcall(function() x = debug or jit or ffi or io or os or package or python end)", ()),
+    ("pcall(function() x = getfenv or setfenv or newproxy or gcinfo or module end)", ()),
+    ("pcall(function() x = rawget(_G, \"python\") or _G.python or _G[\"py\" .. \"thon\"] end)", ()),
+    ("pcall(function() x = report.__globals__ or report.__class__ end)", ()),
+    ("pcall(function() x = getmetatable(report) or getmetatable(add) end)", ()),
+    ("pcall(function() x = rawget(string, \"rep\") rawset(string, \"dump\", 1) end)", ()),
+    ("pcall(function() string.rep = nil math.pi = 3 _G.string = nil end)", ()),
+    ("pcall(setmetatable, \"\", {__index = function() $1 end})", ("fb",)),
+    ("pcall(function() x = collectgarbage(\"stop\") end)", ()),
+    ("pcall(function() local c = coroutine.running() x = c and coroutine.resume(c) end)", ()),
+    ("pcall(function() x = _G._G._G._G[\"_G\"] x.pcall = nil end)", ()),
+    ("pcall(function() x = tostring(print) .. tostring({}) .. tostring(report) end)", ()),
+    ("pcall(function() x = string.format(\"%p %p\", {}, print) end)", ()),
+    ("pcall(function() x = 1LL + 2LL local _ = getmetatable(1LL) end)", ()),
+    # output floods through the bindings
+    ("for i = 1, $1 do report($2) end", ("k", "e")),
+    ("for i = 1, $1 do pcall(add, $2, $3) end", ("k", "e", "e")),
+    ("report(string.rep(\"r\", $1))", ("k",)),
+    ("print(setmetatable({}, {__tostring = function() $1 return $2 end}))", ("fb", "fe")),
+)  # fmt: skip
+
+RETURNS: tuple[tuple[str, Kinds], ...] = (
+    ("return $1", ("e",)),
+    ("return $1, $2", ("e", "e")),
+    ("return $1", ("h",)),
+    ("return {$1, k = $2}", ("h", "h")),
+    ("return unpack($1)", ("e",)),
+    ("return hoard", ()),
+    ("return t, s, x", ()),
+    ("return (function() local t = {} t.self = t return t end)()", ()),
+    ("return setmetatable({}, {__index = function() $1 end, __len = function() $2 end, "
+     "__pairs = function() $3 end})", ("fb", "fb", "fb")),
+    ("return print, coroutine.create(print), report", ()),
+    ("return string.rep(\"x\", $1)", ("k",)),
+    ("return {(function() local d = {} for i = 1, $1 do d = {d} end return d end)()}", ("n",)),
+    ("return (function() local r = {} for i = 1, $1 do r[i] = {i, tostring(i)} end return r end)()",
+     ("k",)),
+    ("return {[0/0 ~= 0/0 and 1 or 2] = 1, [true] = false, [1.5] = 2, [{}] = 3}", ()),
+)  # fmt: skip
+
+
+def _kind(kind: str, depth: int) -> st.SearchStrategy[Render]:
+    if kind in ("e", "fe"):
+        return expressions(depth - 1)
+    if kind in ("b", "lb", "fb", "vb"):
+        return blocks(depth - 1)
+    if kind == "n":
+        return small()
+    if kind == "k":
+        return counts()
+    if kind == "s":
+        return strings()
+    if kind == "p":
+        return patterns()
+    if kind == "f":
+        return formats()
+    if kind == "h":
+        return hostile()
+    if kind == "r":
+        return st.one_of([_from(t, depth) for t in REPLACEMENTS])
+    raise ValueError(f"unknown hole kind {kind!r}")
+
+
+def _from(template: tuple[str, Kinds], depth: int) -> st.SearchStrategy[Render]:
+    text, kinds = template
+    if not kinds:
+        return st.just(_const(text))
+    return st.tuples(*[_kind(k, depth) for k in kinds]).map(
+        lambda parts: _template(text, kinds, parts)
+    )
+
+
+@cache
+def expressions(depth: int) -> st.SearchStrategy[Render]:
+    """An expression; below depth 1, a leaf (a value, a name, a library function)."""
+    if depth <= 0:
+        return leaves()
+    return st.one_of(leaves(), st.one_of([_from(t, depth) for t in EXPRESSIONS]))
+
+
+def _break(ctx: Ctx) -> str:
+    return "do break end" if ctx.loop else "local _ = nil"
+
+
+def _continue(ctx: Ctx) -> str:
+    return f"goto {ctx.loop}" if ctx.loop else "local _ = nil"
+
+
+def _join(parts: list[Render]) -> Render:
+    return lambda ctx: "\n".join(p(ctx) for p in parts)
+
+
+@cache
+def statements(depth: int) -> st.SearchStrategy[Render]:
+    """One statement (which may hold blocks), or a loop exit where one is legal."""
+    simple = st.sampled_from(STATEMENTS[:6])  # plain assignments when out of depth
+    if depth <= 0:
+        return simple.flatmap(lambda t: _from(t, 1))
+    return st.one_of(
+        st.one_of([_from(t, depth) for t in STATEMENTS]),
+        st.sampled_from([_break, _continue]),
+    )
+
+
+@cache
+def blocks(depth: int) -> st.SearchStrategy[Render]:
+    """A block of zero to three statements."""
+    return st.lists(statements(depth), max_size=3 if depth > 0 else 1).map(_join)
+
+
+def programs(max_depth: int = 3) -> st.SearchStrategy[str]:
+    """A whole valid program: statements, then perhaps a hostile return."""
+    body = st.lists(statements(max_depth), min_size=1, max_size=6)
+    ret = st.one_of(st.none(), st.one_of([_from(t, max_depth) for t in RETURNS]))
+
+    def render(parts: tuple[list[Render], Render | None]) -> str:
+        stmts, tail = parts
+        ctx = Ctx()
+        lines = [s(ctx) for s in stmts]
+        if tail is not None:
+            lines.append(tail(ctx))
+        return "\n".join(lines) + "\n"
+
+    return st.tuples(body, ret).map(render)
+
+
+# -- deliberately broken programs -----------------------------------------------------------
+
+CORRUPTIONS = (
+    "append_end", "append_paren", "drop_end", "bad_local", "unclosed_string",
+    "undefined_label", "unclosed_long_string", "stray_operator", "duplicate_label",
+)  # fmt: skip
+
+
+def corrupt(source: str, how: str) -> str:
+    """Break a program in one of a few ways; the parser, not this function, says whether the
+    result is still valid (dropping an ``end`` inside a string, say, changes nothing)."""
+    if how == "append_end":
+        return source + "end\n"
+    if how == "append_paren":
+        return source + ")\n"
+    if how == "drop_end":
+        i = source.rfind("end")
+        return source if i < 0 else source[:i] + source[i + 3:]
+    if how == "bad_local":
+        return "local = 1\n" + source
+    if how == "unclosed_string":
+        return source + '\nlocal _ = "unclosed\n'
+    if how == "undefined_label":
+        return "goto nowhere_to_go\n" + source
+    if how == "unclosed_long_string":
+        return source + "\nlocal _ = [==[ never closed ]=]\n"
+    if how == "stray_operator":
+        return source + "\nlocal _ = 1 + \n"
+    if how == "duplicate_label":
+        return "::twice:: ::twice::\n" + source
+    raise ValueError(f"unknown corruption {how!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class FuzzCase:
+    """One program to run, with the limit that is tight for it.
+
+    Attributes:
+        source: the Lua source text.
+        profile: ``steps``, ``time`` or ``memory`` (see :data:`PROFILES`).
+        corruption: how the program was broken on purpose, or ``None`` for a valid one.
+    """
+
+    source: str
+    profile: Profile
+    corruption: str | None = None
+
+
+def fuzz_cases(max_depth: int = 3) -> st.SearchStrategy[FuzzCase]:
+    """Cases: about 4% of them deliberately broken."""
+    # Drawn from a list, not as an integer: integer draws lean towards their bounds.
+    broken = st.sampled_from((*[False] * 24, True))
+    how = st.sampled_from(CORRUPTIONS)
+
+    def make(parts: tuple[str, Profile, bool, str]) -> FuzzCase:
+        source, profile, is_broken, corruption = parts
+        if is_broken:
+            return FuzzCase(corrupt(source, corruption), profile, corruption)
+        return FuzzCase(source, profile)
+
+    return st.tuples(programs(max_depth), st.sampled_from(PROFILES), broken, how).map(make)
