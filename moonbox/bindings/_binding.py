@@ -8,7 +8,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from pydantic import BaseModel, PlainValidator, StrictFloat, ValidationError, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    PlainSerializer,
+    PlainValidator,
+    StrictFloat,
+    ValidationError,
+    WithJsonSchema,
+)
 from pydantic_core import PydanticCustomError
 
 from .._errors import BindingError
@@ -54,6 +61,7 @@ def _check_function(value: Any) -> FunctionHandle:
 LuaFunction = Annotated[
     FunctionHandle,
     PlainValidator(_check_function),
+    PlainSerializer(lambda handle: handle.where, return_type=str, when_used="json"),
     WithJsonSchema({"type": "string", "format": "lua-function"}),
 ]
 """A function of the mod, passed as a callback: the binding gets a :class:`FunctionHandle`

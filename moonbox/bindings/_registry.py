@@ -81,6 +81,8 @@ class Registry:
         self._version = 0  # bumped on every change of hooks
         self._lock = threading.RLock()
         self._executor = ThreadPoolExecutor(max_host_threads, thread_name_prefix="moonbox-host")
+        # Approvers wait on people: their own threads, so they never starve query reads.
+        self._approvals = ThreadPoolExecutor(max_host_threads, thread_name_prefix="moonbox-ask")
         self.queries = QueryRunner(self._executor, clock)
         self._install(query_binding(self.queries))
         for binding in bindings:
@@ -242,6 +244,7 @@ class Registry:
     def close(self) -> None:
         """Stop the host threads (waits for none of them)."""
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._approvals.shutdown(wait=False, cancel_futures=True)
 
 
 class ModApi:
@@ -271,6 +274,7 @@ class ModApi:
         self.approval_timeout_s = approval_timeout_s
         self.scope = registry.scope(f"mod {mod_id}")
         self._remembered: dict[str, bool] = {}
+        self._pending: set[str] = set()  # bindings with an approval in flight
         functions: list[_ModFunction | _DeniedFunction] = []
         for binding, decision in registry.granted(permissions):
             if decision == "deny":
@@ -308,19 +312,34 @@ class ModApi:
         if self.approve is None:
             raise BindingError("needs approval and the host has no approver [not_approved]",
                                reason="not_approved")
+        if binding.name in self._pending:
+            # One question at a time per binding: asking again while an earlier approval
+            # is still out would pile waiting threads up.
+            raise BindingError("an earlier approval is still pending [not_approved]",
+                               reason="not_approved")
+        timeout = min(self.approval_timeout_s, call.wait_left_s(self.approval_timeout_s))
+        if timeout <= 0:
+            raise BindingError("no time left in this resume to ask [approval_timed_out]",
+                               reason="approval_timed_out")
         request = ApprovalRequest(self.mod_id, binding.name, binding.risk,
                                   args.model_dump(mode="json"))
+        self._pending.add(binding.name)
+        future = None
         try:
             with call.excluded_time(self.approval_timeout_s):
-                future = self.registry._executor.submit(self.approve, request)
-                answer = future.result(timeout=self.approval_timeout_s)
+                future = self.registry._approvals.submit(self.approve, request)
+                future.add_done_callback(lambda f, name=binding.name: self._pending.discard(name))
+                answer = future.result(timeout=timeout)
         except FutureTimeout:
-            future.cancel()
+            if future.cancel():
+                self._pending.discard(binding.name)
             raise BindingError(
-                f"no approval within {self.approval_timeout_s:g} s [approval_timed_out]",
+                f"no approval within {timeout:.3g} s [approval_timed_out]",
                 reason="approval_timed_out",
             ) from None
         except Exception:
+            if future is None:  # never submitted (the registry is closed)
+                self._pending.discard(binding.name)
             log.exception("approver of mod %r failed on %r", self.mod_id, binding.name)
             answer = Answer.DENY
         if answer is Answer.ALLOW_ALWAYS:
@@ -360,9 +379,12 @@ class _ModFunction:
         model = binding.validate(args)
         if self._ask:
             api._ask(binding, model, call)
-        if self._version != registry._version:
+        version = registry._version
+        if self._version != version:
+            # The version is read first: a hook added meanwhile bumps it again, and the
+            # next call rebuilds (read after, a stale list could be kept under it).
             self._pre, self._post = registry.hooks_for(self.name)
-            self._version = registry._version
+            self._version = version
         if not self._pre and not self._post:  # the common case
             result = binding.fn(call, model)
             if binding.result is None and type(result) is not tuple:

@@ -230,6 +230,17 @@ class HostCall:
             return math.inf
         return max(0.0, sb._deadline - sb._clock())
 
+    def wait_left_s(self, max_total_s: float) -> float:
+        """How long host work may still wait in this resume: what is left of the
+        ``max_total_s`` it may exclude (see :meth:`excluded_time`) plus the time left."""
+        sb = self.sandbox
+        if sb is None or sb._running is None:
+            return max_total_s
+        excluded = sb._excluded_s if (
+            sb._excluded_for is sb._running and sb._excluded_start == sb._start
+        ) else 0.0
+        return max(0.0, max_total_s - excluded) + max(0.0, sb._deadline - sb._clock())
+
     @contextmanager
     def excluded_time(self, max_total_s: float) -> Iterator[None]:
         """Host work inside this block does not count against the resume's wall budget.
@@ -538,9 +549,11 @@ class Sandbox:
         seed: seeds the runtime's ``math.random`` (again after a replacement), so a mod's
             random numbers replay; ``None`` picks one at random. The seed used is
             :attr:`seed`.
-        deterministic: ``pairs`` visits keys in a fixed order (numbers, then strings, in
-            order; other keys by a per-sandbox id), instead of an order that depends on
-            the runtime's hash seed; it costs a sort per traversal. ``next`` stays raw.
+        deterministic: ``pairs`` visits number, string and boolean keys in a fixed order
+            (numbers, then strings, then booleans, each sorted), instead of an order that
+            depends on the runtime's hash seed; it costs a sort per traversal. Keys that
+            are tables, functions or coroutines come last, in an order that does not
+            replay. ``next`` stays raw.
 
     Raises:
         ConfigError: an option that cannot be enforced (``preempt`` without the JIT
