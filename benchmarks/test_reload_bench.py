@@ -21,9 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from moonbox.mods import ModHost, ReloadResult
-from moonbox.mods._dev import DevSession, arena_game
-from moonbox.mods._watch import DEBOUNCE_MS, STEP_MS
+from moonbox.mods import DEBOUNCE_MS, STEP_MS, DevSession, ModHost, ReloadResult
+from moonbox.mods._dev import arena_game
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "mods"
 
