@@ -433,6 +433,9 @@ class Run:
         sb._limit = limit
         first = len(self.reports)
         sb._running = self
+        if sb._dropped:  # handles released since: free their functions first
+            sb._loosen()
+            sb._drop_handles()
         if args:
             sb._loosen()
             lua_args = [to_lua(sb._rt, a) for a in args]
