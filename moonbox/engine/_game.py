@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import math
 import re
 import secrets
 from collections.abc import Callable
@@ -37,6 +38,7 @@ _RUNTIME = resources.files("moonbox.engine").joinpath("mod_runtime.lua").read_te
 # and 0 forgets task a; it yields (code, x, y).
 _DONE, _WAIT, _FAILED, _MISSING = 0, 1, 2, 3
 _DONE_ONLY = (_DONE, None, None)  # what a handler that returned normally yields
+MAX_WAIT_TICKS = 1_000_000  # wait(ticks): 1..MAX_WAIT_TICKS
 
 _MOD_ID = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 _POSITION = re.compile(r"^(.*?):(\d+): (.*)$", re.DOTALL)
@@ -75,6 +77,34 @@ def _error_from_message(message: Any, chunk: str) -> ScriptError:
         return ScriptError(m.group(3), chunk=where if where[:1] in "@=" else "@" + where,
                            line=int(m.group(2)))
     return ScriptError(text, chunk=chunk)
+
+
+def _task_id(value: Any) -> int | None:
+    if type(value) is float and value.is_integer():
+        value = int(value)
+    return value if type(value) is int and value >= 1 else None
+
+
+def _checked_yield(values: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """What the dispatcher yielded, if it fits its protocol (a wait's ticks clamped to
+    1..MAX_WAIT_TICKS, as ints); ``None`` if it does not."""
+    code = values[0] if values else None
+    if type(code) is not int:
+        return None
+    if code == _DONE or code == _MISSING:
+        return values
+    if code != _WAIT or len(values) < 3:
+        return None
+    task_id, ticks = _task_id(values[1]), values[2]
+    if task_id is None or type(ticks) not in (int, float) or not math.isfinite(ticks):
+        return None
+    return (_WAIT, task_id, int(min(max(ticks, 1), MAX_WAIT_TICKS)))
+
+
+def _shown(values: tuple[Any, ...]) -> str:
+    text = ", ".join(repr(v) if isinstance(v, (int, float, str)) or v is None
+                     else type(v).__name__ for v in values[:3])
+    return f"({text[:120]})"
 
 
 def _depth(value: Any, limit: int, depth: int = 0) -> bool:
@@ -317,6 +347,10 @@ class Game:
            become ``world:refused`` events for the mods that issued them, spawns and
            destructions ``world:spawned`` / ``world:destroyed`` events.
 
+        Nothing a mod does makes it raise: a mod's failures are in the report, and should
+        the engine itself fail while dispatching a mod, that mod is quarantined
+        (``runtime``, the reason names the exception) and the tick goes on.
+
         Raises:
             EngineError: ``closed``.
         """
@@ -327,7 +361,10 @@ class Game:
         self._deliver()
         for mod in list(self._mods.values()):
             if mod.quarantine is None:
-                self._dispatch_mod(mod, t)
+                try:
+                    self._dispatch_mod(mod, t)
+                except Exception as exc:  # noqa: BLE001 - one mod, never the whole tick
+                    self._broken(mod, exc)
         results = self.world.apply()
         report.results = results
         self._route(results)
@@ -386,7 +423,8 @@ class Game:
             due, cid = heapq.heappop(timers)
             cb = mod.callbacks.get(cid)
             if cb is None or cb.due != due:
-                continue  # cancelled, or rescheduled
+                mod._stale_timers = max(0, mod._stale_timers - 1)
+                continue  # cancelled
             if cb.kind == "every":
                 cb.due = max(due + cb.interval, t + 1)
                 heapq.heappush(timers, (cb.due, cid))
@@ -440,9 +478,9 @@ class Game:
             self._drop_callback(mod, cb.id)
 
     def _park(self, mod: Mod, values: tuple[Any, ...], label: str, where: str) -> None:
-        task_id, ticks = int(values[1]), int(values[2])
+        task_id, ticks = values[1], values[2]  # checked by _settle
         if len(mod.tasks) >= self.limits.max_tasks:
-            self._resume(mod, label, where, None, 0, task_id)
+            self._forget(mod, label, where, task_id)
             error = ScriptError(
                 f"too many handlers are waiting at once (at most {self.limits.max_tasks}); "
                 "this one was stopped: wait in fewer places, or for fewer ticks",
@@ -450,6 +488,13 @@ class Game:
             self._fail(mod, label, where, error)
             return
         mod.tasks[task_id] = Task(task_id, self._tick + max(1, ticks), label, where)
+
+    def _forget(self, mod: Mod, label: str, where: str, task_id: Any) -> None:
+        """Have the dispatcher drop a waiting task; the mod's failure counts stay as they
+        were (the failure that made it drop the task is counted next)."""
+        failures, trips = mod.failures_in_a_row, mod.trips_in_a_row
+        self._resume(mod, label, where, None, 0, task_id)
+        mod.failures_in_a_row, mod.trips_in_a_row = failures, trips
 
     def _resume(self, mod: Mod, label: str, where: str, budget: Budget | None,
                 what: Any, *args: Any) -> tuple[Any, ...] | None:
@@ -476,12 +521,23 @@ class Game:
         self._account(mod, outcome)
         if outcome.status == "yielded":
             values = outcome.values
-            if values and values[0] == _FAILED:
-                self._fail(mod, label, where, _error_from_message(values[1], mod.chunk))
+            code = values[0] if values else None
+            if code == _FAILED and type(code) is int:
+                message = values[1] if len(values) > 1 else "failed"
+                self._fail(mod, label, where, _error_from_message(message, mod.chunk))
+                return None
+            checked = _checked_yield(values)
+            if checked is None:
+                # The engine library never yields this: the mod's code yielded past it.
+                if code == _WAIT and len(values) > 1 and _task_id(values[1]) is not None:
+                    self._forget(mod, label, where, values[1])
+                self._fail(mod, label, where, ScriptError(
+                    f"yielded {_shown(values)} to the engine; use wait(ticks) to pause, "
+                    "with ticks from 1 to 1000000", chunk=mod.chunk))
                 return None
             mod.failures_in_a_row = 0
             mod.trips_in_a_row = 0
-            return values
+            return checked
         # A trip (or the dispatcher's end): the dispatcher is gone; the next call starts it
         # again. Callbacks and waiting tasks live on the Lua side and survive.
         mod._run = None
@@ -541,6 +597,13 @@ class Game:
         mod._run = None
         self._quarantine(mod, "runtime", reason, None)
 
+    def _broken(self, mod: Mod, exc: Exception) -> None:
+        # A fault of the engine itself while dispatching this mod: whatever the mod did to
+        # cause it, it stops this mod only; the other mods and the world go on.
+        self._chain.clear()
+        self._lost(mod, f"lost its runtime: the engine failed while dispatching it "
+                        f"({type(exc).__name__}: {exc}); unload it and load it again")
+
     # -- events and world results --------------------------------------------------------
 
     def _deliver(self) -> None:
@@ -596,9 +659,13 @@ class Game:
             if mod.handler_count >= limits.max_handlers:
                 raise BindingError(f"a mod may register at most {limits.max_handlers} "
                                    "handlers [too_many]", reason="too_many")
-        elif mod.timer_count >= limits.max_timers:
-            raise BindingError(f"a mod may have at most {limits.max_timers} timers "
-                               "[too_many]", reason="too_many")
+        elif len(mod.timers) >= limits.max_timers:
+            # The heap holds the pending timers and the cancelled ones not yet dropped:
+            # both count, so the heap never grows past the limit.
+            self._compact_timers(mod)
+            if len(mod.timers) >= limits.max_timers:
+                raise BindingError(f"a mod may have at most {limits.max_timers} timers "
+                                   "[too_many]", reason="too_many")
         cid = mod.next_id
         mod.next_id += 1
         cb = Callback(cid, kind, event, ticks, self._tick + ticks, where)
@@ -627,7 +694,22 @@ class Game:
                 subs = self._subscribers.get(cb.event, [])
                 if mod in subs:
                     subs.remove(mod)
+        else:
+            # Its heap entry stays until popped; once they are most of the heap, rebuild it.
+            mod._stale_timers += 1
+            if 2 * mod._stale_timers > len(mod.timers):
+                self._compact_timers(mod)
         return True
+
+    @staticmethod
+    def _compact_timers(mod: Mod) -> None:
+        """Drop the heap entries of cancelled timers, in place (dispatch may be walking it)."""
+        callbacks = mod.callbacks
+        timers = mod.timers
+        timers[:] = [(due, cid) for due, cid in timers
+                     if (cb := callbacks.get(cid)) is not None and cb.due == due]
+        heapq.heapify(timers)
+        mod._stale_timers = 0
 
     def _cancel(self, mod: Mod, cid: int) -> bool:
         return self._drop_callback(mod, cid)

@@ -12,7 +12,8 @@ class ModLimits(BaseModel):
 
     Attributes:
         max_handlers: ``on`` handlers registered at once.
-        max_timers: ``after``/``every``/``spawn`` timers pending at once.
+        max_timers: ``after``/``every``/``spawn`` timers pending at once; the host's heap
+            of timers never holds more entries (cancelled ones are dropped to make room).
         max_tasks: handlers paused in ``wait`` at once; one more fails the call that waited.
         max_queued_events: events waiting for the mod's next dispatch; past it the oldest
             is dropped and counted (``ModStats.events_dropped``).

@@ -107,7 +107,8 @@ class Quarantine:
     Attributes:
         kind: ``failures`` (consecutive errors), ``trips`` (consecutive budget trips),
             ``load`` (its main chunk failed), ``runtime`` (its runtime was lost, e.g.
-            replaced after an out-of-memory trip) or ``host`` (the host asked).
+            replaced after an out-of-memory trip, or the engine failed while dispatching
+            it) or ``host`` (the host asked).
         reason: one sentence for a person.
         tick: when it began.
         failure: the failure that tipped it, if any.
@@ -173,6 +174,7 @@ class Mod:
     callbacks: dict[int, Callback] = field(default_factory=dict)
     by_event: dict[str, list[Callback]] = field(default_factory=dict)
     timers: list[tuple[int, int]] = field(default_factory=list)  # heap of (due, id)
+    _stale_timers: int = 0  # entries of ``timers`` whose timer was cancelled
     tasks: dict[int, Task] = field(default_factory=dict)
     queue: deque[Event] = field(default_factory=deque)
     exports: dict[str, tuple[str, Any]] = field(default_factory=dict)  # name -> (kind, value)

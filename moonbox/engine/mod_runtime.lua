@@ -19,6 +19,7 @@ local seed = ...
 -- Captured before the mod's code can replace any global.
 local env = _G
 local type, error, pcall, floor = type, error, pcall, math.floor
+local min, max, huge = math.min, math.max, math.huge
 local s_match = string.match
 local co_create, co_resume, co_yield = coroutine.create, coroutine.resume, coroutine.yield
 
@@ -38,7 +39,11 @@ local once = {}        -- callback id -> true for one-shot timers
 local exported = {}    -- export name -> function
 local tasks = {}       -- task id -> a waiting coroutine
 local next_task = 0
+-- What a worker yields to the dispatcher. Only the workers hold them, and no mod code can
+-- resume a worker or get hold of one (see below), so the mod can neither read nor forge them.
 local WAIT, DONE = {}, {}
+local MAX_WAIT = 1000000
+local workers = setmetatable({}, { __mode = "k" })  -- every worker coroutine: true
 
 -- A binding error carries the position of the line in this file: give the mod's own.
 local function strip(message)
@@ -105,7 +110,7 @@ end
 -- wait(ticks): pause this handler, timer or task; it resumes that many ticks later.
 function env.wait(ticks)
   if ticks == nil then ticks = 1 end
-  if type(ticks) ~= "number" or ticks ~= ticks or ticks < 1 or ticks > 1000000 then
+  if type(ticks) ~= "number" or ticks ~= ticks or ticks < 1 or ticks > MAX_WAIT then
     error("wait: ticks must be a number from 1 to 1000000", 2)
   end
   return co_yield(WAIT, floor(ticks))
@@ -138,6 +143,29 @@ end
 -- reused; one that waits becomes a task; one that fails is dropped.
 local idle = nil
 
+-- Workers are the dispatcher's alone. Resumed by the mod, an idle worker would run the
+-- mod's function and hand it DONE, a waiting one would hand it WAIT: with those the mod
+-- could yield a wait the host never checked. So, to the mod, code in a worker runs on the
+-- main thread (coroutine.running() is nil, as for the run's own coroutine), and resuming a
+-- worker fails as resuming a running coroutine does.
+local lib_co = env.coroutine
+if type(lib_co) == "table" then
+  local resume, running = lib_co.resume, lib_co.running
+  if resume ~= nil then
+    lib_co.resume = function(co, ...)
+      if workers[co] then return false, "cannot resume non-suspended coroutine" end
+      return resume(co, ...)
+    end
+  end
+  if running ~= nil then
+    lib_co.running = function()
+      local co = running()
+      if co ~= nil and workers[co] then return nil end
+      return co
+    end
+  end
+end
+
 local function worker(fn, a, b, c)
   while true do
     fn, a, b, c = co_yield(DONE, fn(a, b, c))
@@ -150,16 +178,25 @@ local function settle(co, ok, x, y)
     idle = co
     return 0, y
   end
+  if x ~= WAIT then
+    y = 1                         -- a bare coroutine.yield() waits one tick
+  elseif type(y) ~= "number" or y ~= y or y == huge or y == -huge then
+    return 2, "wait: ticks must be a number from 1 to " .. MAX_WAIT   -- never from wait()
+  else
+    y = floor(min(max(y, 1), MAX_WAIT))
+  end
   next_task = next_task + 1
   tasks[next_task] = co
-  if x == WAIT then return 1, next_task, y end
-  return 1, next_task, 1          -- a bare coroutine.yield() waits one tick
+  return 1, next_task, y
 end
 
 local function start(fn, a, b, c)
   local co = idle
   idle = nil
-  if co == nil then co = co_create(worker) end
+  if co == nil then
+    co = co_create(worker)
+    workers[co] = true
+  end
   return settle(co, co_resume(co, fn, a, b, c))
 end
 

@@ -78,6 +78,21 @@ _HOST_BUG = "{}: the host failed to handle this call (a host bug, logged)"
 _STATUS: dict[bytes, Status] = {b"done": "done", b"yielded": "yielded"}
 
 
+# At most this many arguments of a resume cross without conversion.
+_FAST_ARGS = 8
+
+
+def _all_scalar(values: tuple[Any, ...], start: int = 0) -> bool:
+    """Only numbers that are exact in Lua, booleans and nils, from ``start`` on."""
+    for i in range(start, len(values)):
+        v = values[i]
+        kind = type(v)
+        if not (v is None or kind is float or kind is bool or (
+                kind is int and -_MAX_EXACT_INT <= v <= _MAX_EXACT_INT)):
+            return False
+    return True
+
+
 def _values(res: tuple[Any, ...]) -> tuple[Any, ...]:
     # Values from the 4th on, checked in Lua already: scalars as they are, the rest copied.
     return tuple([v if v is None or type(v) in _SCALARS else to_python(v) for v in res[3:]])
@@ -433,9 +448,17 @@ class Run:
         sb._limit = limit
         first = len(self.reports)
         sb._running = self
-        if args:
+        if sb._dropped:  # handles released since: free their functions first
             sb._loosen()
-            lua_args = [to_lua(sb._rt, a) for a in args]
+            sb._drop_handles()
+        if args:
+            # A few numbers, booleans or nils cross as they are: pushing them allocates
+            # nothing (the stack keeps room for them). Anything else is converted first,
+            # with the host's headroom.
+            lua_args = args
+            if len(args) > _FAST_ARGS or not _all_scalar(args):
+                sb._loosen()
+                lua_args = [to_lua(sb._rt, a) for a in args]
         # The allocator stays at this limit after a plain yield (nothing of the host's needs
         # Lua memory then); every other host entry point loosens it first (see _loosen).
         if sb._current_limit != limit:
@@ -468,6 +491,8 @@ class Run:
             self.status = "yielded"
             if len(res) == 3:
                 values: tuple[Any, ...] = ()
+            elif _all_scalar(res, 3):
+                values = res[3:]  # numbers, booleans, nils: nothing to copy
             else:
                 sb._loosen()  # copying tables out takes references in Lua
                 values = _values(res)

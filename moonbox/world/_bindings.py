@@ -27,7 +27,7 @@ from ._commands import (
 )
 from ._errors import WorldError
 from ._model import Entity
-from ._world import World
+from ._world import World, unit_direction
 
 __all__ = ["WORLD_BINDINGS", "entity_table", "world_bindings"]
 
@@ -152,7 +152,7 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
         return out
 
     def raycast(call: HostCall, args: RaycastArgs) -> Any:
-        """The nearest entity a ray hits: {name, distance, x, y, z}, or nil."""
+        """The nearest entity a ray hits: {name, distance, x, y, z} (the hit point), or nil."""
         try:
             hit = get_world().raycast((args.x, args.y, args.z), (args.dx, args.dy, args.dz),
                                       args.max_distance)
@@ -161,9 +161,11 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
         if hit is None:
             return None
         name, distance = hit
+        # The distance is along the unit direction: the hit point is too.
+        ux, uy, uz = unit_direction((args.dx, args.dy, args.dz))
         return {"name": name, "distance": distance,
-                "x": args.x + args.dx * distance, "y": args.y + args.dy * distance,
-                "z": args.z + args.dz * distance}
+                "x": args.x + ux * distance, "y": args.y + uy * distance,
+                "z": args.z + uz * distance}
 
     def make(name: str, args: Any, fn: Callable[..., Any], risk: str, cost: int,
              description: str = "") -> Binding:

@@ -52,11 +52,13 @@ MAX_PROPERTIES = 64
 CommandKind = Literal["spawn", "change", "set_color", "destroy", "spawn_batch", "grid",
                       "transaction"]
 
-# Numbers as Lua gives them: NaN and infinities pass here and are refused when applied.
+# Numbers as Lua gives them: NaN and infinities pass here and are refused when applied
+# (``not_finite``), coordinates and property values alike: a command's values are checked
+# against the world it applies to, its types when it is issued.
 Number = StrictFloat
 Finite = Annotated[StrictFloat, AllowInfNan(False)]
 Text = Annotated[StrictStr, Field(max_length=MAX_ARG_CHARS)]
-PropertyValue = StrictBool | StrictFloat | Annotated[StrictStr, Field(max_length=4096)]
+PropertyValue = StrictBool | Number | Annotated[StrictStr, Field(max_length=4096)]
 Properties = Annotated[dict[Text, PropertyValue], Field(max_length=MAX_PROPERTIES)]
 
 

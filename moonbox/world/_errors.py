@@ -31,7 +31,7 @@ REASONS: dict[str, str] = {
     "missing_parent": "the parent named does not exist",
     "parent_cycle": "the entity would become its own ancestor",
     "not_owner": "the entity (or the parent, or a descendant) belongs to someone else",
-    "not_finite": "a coordinate, rotation, scale or color is NaN or infinite",
+    "not_finite": "a coordinate, rotation, scale, color or property is NaN or infinite",
     "out_of_bounds": "a value is outside the world's bounds",
     "invalid_properties": "the properties do not fit the prefab's schema",
     "world_full": "the world holds its maximum number of entities",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictStr
+from pydantic import AllowInfNan, BaseModel, ConfigDict, StrictBool, StrictFloat, StrictStr
 
 from .._errors import ConfigError
 
@@ -17,6 +17,9 @@ Color = tuple[float, float, float, float]
 WHITE: Color = (1.0, 1.0, 1.0, 1.0)
 
 _PREFAB_NAME = re.compile(r"^[a-z][a-z0-9_:-]{0,63}$")
+
+FiniteFloat = Annotated[StrictFloat, AllowInfNan(False)]
+"""A strict float that is not NaN or infinite: the type of a number property."""
 
 
 @dataclass(slots=True)
@@ -82,7 +85,9 @@ class Prefab:
         name: lower-case id (``crate``, ``arena:enemy``): letters, digits, ``_ : -``.
         properties: a pydantic model of the entity's properties (``extra="forbid"``
             recommended); every field must be a number, string or boolean. Defaults fill in
-            at spawn; a change validates the merged result.
+            at spawn; a change validates the merged result. The world refuses NaN and
+            infinite numbers (``not_finite``) whatever the schema says, and stores -0.0 as
+            0.0; a schema says so too with ``AllowInfNan(False)`` on its floats.
         description: one line for mods (``coreai_world_list_prefabs``).
         radius: collision radius for raycasts, multiplied by the entity's scale.
 
@@ -146,7 +151,7 @@ class Prefabs:
 
 class _LightProperties(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    intensity: StrictFloat = 1.0
+    intensity: FiniteFloat = 1.0
 
 
 class _LabelProperties(BaseModel):
@@ -157,7 +162,7 @@ class _LabelProperties(BaseModel):
 class _PickupProperties(BaseModel):
     model_config = ConfigDict(extra="forbid")
     kind: StrictStr = "coin"
-    value: StrictFloat = 1.0
+    value: FiniteFloat = 1.0
     taken: StrictBool = False
 
 

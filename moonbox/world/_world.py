@@ -26,7 +26,7 @@ from ._commands import (
 from ._errors import WorldError
 from ._model import Entity, Prefab, Prefabs, default_prefabs
 
-__all__ = ["World", "SNAPSHOT_FORMAT", "SNAPSHOT_VERSION"]
+__all__ = ["World", "SNAPSHOT_FORMAT", "SNAPSHOT_VERSION", "unit_direction"]
 
 SNAPSHOT_FORMAT = "moonbox.world"
 SNAPSHOT_VERSION = 1
@@ -54,6 +54,19 @@ class _Refused(Exception):
 def _plain(value: float) -> float:
     # One float form per value: -0.0 becomes 0.0, so equal worlds hash alike.
     return float(value) + 0.0
+
+
+def unit_direction(direction: tuple[float, float, float]) -> tuple[float, float, float]:
+    """``direction`` scaled to length 1.
+
+    Raises:
+        ValueError: a zero or non-finite direction.
+    """
+    dx, dy, dz = direction
+    length = math.hypot(dx, dy, dz)
+    if not (length > 0 and math.isfinite(length)):
+        raise ValueError("the direction must be a non-zero finite vector")
+    return dx / length, dy / length, dz / length
 
 
 class World:
@@ -158,14 +171,14 @@ class World:
         """The nearest entity a ray hits (each entity a sphere of its prefab's radius times
         its scale), with the distance; ``None`` when nothing is within ``max_distance``.
 
+        The distance is measured along the direction scaled to length 1
+        (:func:`unit_direction`): the hit point is ``origin + distance * unit``, whatever
+        the length of ``direction``.
+
         Raises:
             ValueError: a zero or non-finite direction.
         """
-        dx, dy, dz = direction
-        length = math.sqrt(dx * dx + dy * dy + dz * dz)
-        if not (length > 0 and math.isfinite(length)):
-            raise ValueError("the direction must be a non-zero finite vector")
-        dx, dy, dz = dx / length, dy / length, dz / length
+        dx, dy, dz = unit_direction(direction)
         ox, oy, oz = origin
         best: tuple[float, int, str] | None = None
         for e in self._entities.values():
@@ -416,13 +429,26 @@ class World:
         return parent
 
     def _properties(self, prefab: Prefab, values: dict[str, Any]) -> dict[str, Any]:
+        # NaN and infinities are refused before the schema sees them (whatever the schema
+        # allows) and after (a schema's default or validator could make one); -0.0 is
+        # stored as 0.0, as in coordinates.
+        self._finite_properties(prefab, values)
         try:
-            return prefab.validate_properties(values)
+            validated = prefab.validate_properties(values)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "properties"
             raise _Refused("invalid_properties",
                            f"{prefab.name} property {where}: {first['msg']}") from None
+        self._finite_properties(prefab, validated)
+        return {k: _plain(v) if type(v) is float else v for k, v in validated.items()}
+
+    @staticmethod
+    def _finite_properties(prefab: Prefab, values: dict[str, Any]) -> None:
+        for key, value in values.items():
+            if type(value) is float and not math.isfinite(value):
+                raise _Refused("not_finite", f"{prefab.name} property {str(key)[:80]} must "
+                               f"be a finite number, got {value}")
 
     # -- the changes -----------------------------------------------------------------------
 

@@ -207,3 +207,13 @@ def test_released_and_collected_handles_free_their_functions(sandbox, handlers):
     handlers.clear()  # the other 199 are collected by Python
     gc.collect()
     assert sandbox.functions_held == 0
+
+
+def test_handles_released_during_a_long_run_are_freed_between_its_resumes(sandbox, handlers):
+    # A game keeps one run per mod for its whole life: resumes alone must free them.
+    run = sandbox.start("while true do on('x', function() end) coroutine.yield() end")
+    for _ in range(50):
+        run.resume()
+        handlers.pop("x")[0].release()
+    run.resume()
+    assert sandbox._dropped == [] and sandbox.functions_held == 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from moonbox import Sandbox
@@ -84,6 +86,41 @@ def test_values_are_checked_when_applied_not_when_issued(world, mod_sandbox):
     assert out.status == "done"
     assert [r.reason for r in world.apply()] == [
         "not_finite", "not_finite", "out_of_bounds", "unknown_prefab"]
+
+
+def test_non_finite_properties_from_a_mod_are_refused_when_applied(world, mod_sandbox):
+    out = run(mod_sandbox(), """
+        coreai_world_spawn{prefab = "pickup", name = "p1", properties = {value = 0/0}}
+        coreai_world_spawn{prefab = "light", name = "l1", properties = {intensity = math.huge}}
+        coreai_world_spawn{prefab = "pickup", name = "p2", properties = {value = -(0/0)}}
+        coreai_world_spawn{prefab = "pickup", name = "p3", properties = {value = -0.0}}
+    """)
+    assert out.status == "done", out.error
+    assert [r.reason for r in world.apply()] == ["not_finite"] * 3 + [None]
+    assert [e.name for e in world.entities()] == ["p3"]
+    assert math.copysign(1.0, world.get("p3").properties["value"]) == 1.0
+
+
+@pytest.mark.parametrize(("dx", "dy", "dz"), [
+    (1, 0, 0), (4, 0, 0), (1e-3, 0, 0), (1e300, 0, 0), (3, 4, 0), (0.3, 0.4, 0), (1, 1, 1),
+])
+def test_a_raycast_hit_point_is_on_the_entity_whatever_the_direction_length(
+        world, mod_sandbox, dx, dy, dz):
+    # The distance is along the unit direction; the point once used the raw one.
+    length = math.hypot(dx, dy, dz)
+    ux, uy, uz = dx / length, dy / length, dz / length
+    world.submit("spawn", {"prefab": "sphere", "name": "ball",
+                           "x": 10 * ux, "y": 10 * uy, "z": 10 * uz}, None)
+    world.apply()
+    out = run(mod_sandbox(), f"""
+        local hit = coreai_world_raycast{{x = 0, y = 0, z = 0, dx = {dx!r}, dy = {dy!r},
+                                         dz = {dz!r}}}
+        return hit.name, hit.distance, hit.x, hit.y, hit.z
+    """)
+    assert out.status == "done", out.error
+    name, distance, x, y, z = out.values
+    assert name == "ball" and distance == pytest.approx(9.5)
+    assert (x, y, z) == pytest.approx((9.5 * ux, 9.5 * uy, 9.5 * uz), abs=1e-9)
 
 
 def test_reads_see_applied_state(world, mod_sandbox):

@@ -97,6 +97,65 @@ def test_properties_default_and_validate(world):
     assert world.get("coin").properties == {"kind": "coin", "value": 5.0, "taken": False}
 
 
+@pytest.mark.parametrize(("prefab", "properties"), [
+    ("pickup", {"value": math.nan}),
+    ("pickup", {"value": -math.nan}),
+    ("light", {"intensity": math.inf}),
+    ("light", {"intensity": -math.inf}),
+    ("cube", {"anything": math.nan}),  # refused as not finite before the schema sees it
+])
+def test_non_finite_properties_are_refused(world, prefab, properties):
+    spawn(world, prefab=prefab, name="e", properties=properties)
+    result = only(world.apply())
+    assert result.status == "refused" and result.reason == "not_finite"
+    assert len(world) == 0
+
+
+def test_non_finite_properties_are_refused_by_change(world):
+    spawn(world, prefab="pickup", name="coin", properties={"value": 2})
+    world.apply()
+    world.submit("change", {"name": "coin", "fields": {"properties": {"value": math.inf}}},
+                 "m")
+    assert only(world.apply()).reason == "not_finite"
+    assert world.get("coin").properties["value"] == 2.0
+
+
+def test_a_schema_that_allows_nan_still_gets_no_nan(world):
+    from pydantic import BaseModel, ConfigDict, StrictFloat
+
+    from moonbox.world import Prefab
+
+    class Loose(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        level: StrictFloat = math.nan
+
+    world.prefabs.register(Prefab("gauge", Loose))
+    spawn(world, prefab="gauge", name="g1", properties={"level": math.inf})
+    spawn(world, prefab="gauge", name="g2")  # its default is NaN
+    assert [r.reason for r in world.apply()] == ["not_finite", "not_finite"]
+
+
+def test_the_default_prefab_schemas_refuse_non_finite_numbers(world):
+    from pydantic import ValidationError
+
+    for prefab, key in (("pickup", "value"), ("light", "intensity")):
+        with pytest.raises(ValidationError):
+            world.prefabs.get(prefab).validate_properties({key: math.nan})
+
+
+def test_negative_zero_properties_are_stored_as_zero(world):
+    spawn(world, prefab="pickup", name="coin", properties={"value": -0.0})
+    spawn(world, prefab="pickup", name="plus", properties={"value": 0.0})
+    world.apply()
+    value = world.get("coin").properties["value"]
+    assert value == 0.0 and math.copysign(1.0, value) == 1.0
+    twin = World()
+    spawn(twin, prefab="pickup", name="coin", properties={"value": 0.0})
+    spawn(twin, prefab="pickup", name="plus", properties={"value": -0.0})
+    twin.apply()
+    assert twin.content_hash() == world.content_hash()
+
+
 def test_world_full(tmp_path):
     world = World(max_entities=2)
     for name in "abc":

@@ -116,5 +116,16 @@ def test_bad_snapshots_are_refused(data):
     assert exc.value.code == "bad_snapshot"
 
 
+def test_a_snapshot_with_a_non_finite_property_is_refused():
+    world = World()
+    world.submit("spawn", {"prefab": "pickup", "name": "coin"}, None)
+    world.apply()
+    data = msgpack.unpackb(world.snapshot())
+    data["entities"][0]["properties"]["value"] = math.nan
+    with pytest.raises(WorldError) as exc:
+        World.load(msgpack.packb(data))
+    assert exc.value.code == "bad_snapshot" and "finite" in str(exc.value)
+
+
 def test_snapshot_format_marker():
     assert msgpack.unpackb(World().snapshot())["format"] == SNAPSHOT_FORMAT
