@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from . import __version__
 from ._cli_agent import agent, eval_repair
+from ._cli_dev import dev
 from ._cli_fuzz import fuzz
 from ._cli_stubs import stubs
 from ._cli_versions import versions
@@ -232,6 +233,7 @@ def bench(quick: bool, as_json: bool) -> None:
 
 
 cli.add_command(agent)
+cli.add_command(dev)
 cli.add_command(eval_repair)
 cli.add_command(fuzz)
 cli.add_command(stubs)

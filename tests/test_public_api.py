@@ -6,6 +6,7 @@ import moonbox
 import moonbox.agent
 import moonbox.bindings
 import moonbox.engine
+import moonbox.mods
 import moonbox.sandbox
 import moonbox.store
 import moonbox.world
@@ -79,6 +80,18 @@ def test_world_and_engine_names():
             assert hasattr(module, name)
     assert issubclass(moonbox.world.WorldError, moonbox.MoonboxError)
     assert issubclass(moonbox.engine.EngineError, moonbox.MoonboxError)
+
+
+def test_mods_names():
+    assert moonbox.mods.__all__ == [
+        "ACTIVE_KEY", "DEBOUNCE_MS", "MANIFEST_NAME", "REQUIRE_CHUNK", "STEP_MS",
+        "DevSession", "ModError", "ModHost", "ModManifest", "ModPackage", "ModState",
+        "ModWatcher", "ReloadResult", "RequestedPermissions", "describe", "discover",
+        "grant", "order_packages", "parse_manifest", "preparer", "read_package",
+    ]
+    for name in moonbox.mods.__all__:
+        assert hasattr(moonbox.mods, name)
+    assert issubclass(moonbox.mods.ModError, moonbox.MoonboxError)
 
 
 def test_one_exception_tree():

@@ -7,6 +7,7 @@ import heapq
 import math
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -15,7 +16,7 @@ import msgpack
 
 from .._errors import BindingError, MoonboxError, ScriptError
 from ..bindings import Permissions, Registry, default_bindings
-from ..sandbox import Budget, FunctionHandle, HostCall, Outcome
+from ..sandbox import Budget, FunctionHandle, HostCall, Outcome, Sandbox
 from ..world import CommandResult, World, world_bindings
 from ._bindings import engine_bindings
 from ._errors import EngineError
@@ -201,6 +202,7 @@ class Game:
         permissions: Permissions | None = None,
         budget: Budget | None = None,
         access: Any = None,
+        prepare: Callable[[Sandbox], None] | None = None,
     ) -> Mod:
         """Load a mod: a sandbox of its own, the engine library, then its main chunk.
 
@@ -215,6 +217,10 @@ class Game:
             permissions: default: the game's.
             budget: default: the game's.
             access: what the host captured about the mod (see :meth:`Registry.mod`).
+            prepare: called with the mod's sandbox after the engine library and before the
+                main chunk, to run more of the mod's own chunks in its environment (mod
+                packages define their ``require`` this way). A :class:`ScriptError` it
+                raises is a load failure, like the main chunk's.
 
         Raises:
             EngineError: ``invalid_mod_id``, ``duplicate_mod``, ``closed``.
@@ -241,6 +247,8 @@ class Game:
                 self._load_failed(mod, outcome, RUNTIME_CHUNK[1:])
                 return mod
             mod._keeper = keeper
+            if prepare is not None:
+                prepare(sandbox)
             outcome = sandbox.run(source, mod.chunk, max_resumes=1)
             self._account(mod, outcome)
             if not outcome.ok or outcome.status != "done":

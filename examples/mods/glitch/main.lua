@@ -1,0 +1,12 @@
+-- glitch: how NOT to write a mod, kept as a warning. It tries to move a player that
+-- another mod owns (the world refuses: not_owner), then "waits" for a coin by spinning
+-- in a loop that never ends. The step budget stops every call; after three budget trips
+-- in a row the engine quarantines the mod, and the game goes on without it.
+
+on("tick", function()
+  coreai_world_change("ann", {x = 0, z = 0})
+  local spins = 0
+  while spins >= 0 do
+    spins = spins + 1
+  end
+end)

@@ -1,0 +1,98 @@
+"""``moonbox dev DIR``: run a game and hot-reload its mods as they are edited.
+
+Exit status: 0 when every mod loaded (``--once``/``--ticks``; interactive runs end on
+Ctrl-C with 0), 1 when a mod failed to load, 2 for usage errors (an unknown ``--game``,
+a directory that does not exist).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.live import Live
+from rich.markup import escape
+
+from .bindings import Permissions
+from .store import Store
+
+__all__ = ["dev"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+@click.command()
+@click.argument("mods_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--game", "game_spec", metavar="MODULE:FACTORY",
+              help="A function that returns the Game to run (default: the example arena).")
+@click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="The versions store (default: DIR/.moonbox-versions.db).")
+@click.option("--no-store", is_flag=True, help="Record nothing; restore nothing.")
+@click.option("--grant", "grant_mode", default="auto", show_default=True,
+              type=click.Choice(["readonly", "ask", "auto", "full"]),
+              help="The most any mod is granted, whatever its mod.toml asks for.")
+@click.option("--tps", default=20.0, show_default=True, type=click.FloatRange(0.1, 1000),
+              help="Ticks per second.")
+@click.option("--ticks", type=click.IntRange(0), default=None,
+              help="Run this many ticks, print plainly, and exit (no live view).")
+@click.option("--once", is_flag=True, help="Load (and restore) the mods, print, and exit.")
+@click.option("--debounce-ms", default=400, show_default=True, type=click.IntRange(10, 10_000),
+              help="The longest a burst of saves is grouped.")
+@click.option("--step-ms", default=30, show_default=True, type=click.IntRange(5, 5_000),
+              help="Quiet time after a save before the reload starts.")
+def dev(mods_dir: Path, game_spec: str | None, store_path: Path | None, no_store: bool,
+        grant_mode: str, tps: float, ticks: int | None, once: bool, debounce_ms: int,
+        step_ms: int) -> None:
+    """Run a game with the mods of MODS_DIR and reload each mod when its files change.
+
+    A changed mod is compiled and dry-run first; only a clean version is swapped in,
+    carrying its state. A failed one is shown with its file and line, and the previous
+    version runs on.
+    """
+    from .mods import ModHost
+    from .mods._dev import DevSession, describe_result, game_factory, render
+
+    console = Console(highlight=False, soft_wrap=True)
+    try:
+        factory = game_factory(game_spec)
+    except ValueError as exc:
+        console.print(f"[red]--game {escape(str(exc))}[/]")
+        sys.exit(EXIT_USAGE)
+    store = None if no_store else Store(store_path or mods_dir / ".moonbox-versions.db")
+    game = factory()
+    host = ModHost(game, mods_dir, policy=Permissions(mode=grant_mode), store=store,  # type: ignore[arg-type]
+                   label=mods_dir.name or "mods")
+    plain = once or ticks is not None
+    session = DevSession(host, tick_s=1.0 / tps, watch=not once, debounce_ms=debounce_ms,
+                         step_ms=step_ms)
+    if plain:
+        host.on_result = lambda r: console.print(escape(describe_result(r)))
+    try:
+        results = session.start()
+        failed = any(not r.ok for r in results)
+        if once:
+            sys.exit(EXIT_FAILED if failed else EXIT_OK)
+        if ticks is not None:
+            def show(report: object) -> None:
+                for mod_id, line in getattr(report, "reports", ()):
+                    console.print(f"[{getattr(report, 'tick', 0):4}] {escape(mod_id)}: "
+                                  f"{escape(line)}")
+                for mod_id in getattr(report, "quarantined", ()):
+                    console.print(f"QUARANTINED {escape(mod_id)}: "
+                                  f"{escape(str(game.mod(mod_id).quarantine.reason))}")
+
+            session.run(ticks, on_tick=show)
+            sys.exit(EXIT_FAILED if failed else EXIT_OK)
+        with Live(render(session), console=console, refresh_per_second=8,
+                  transient=False) as live:
+            try:
+                session.run(None, on_tick=lambda _: live.update(render(session)))
+            except KeyboardInterrupt:
+                pass
+    finally:
+        session.close()
+        game.close()
+        if store is not None:
+            store.close()

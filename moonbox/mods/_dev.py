@@ -1,0 +1,151 @@
+"""``moonbox dev``: a game that runs while its mods are edited, and a view of it."""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+from ..engine import Game
+from ..world import Prefab, World, default_prefabs
+from ._host import ModHost, ReloadResult
+from ._watch import DEBOUNCE_MS, STEP_MS, ModWatcher
+
+__all__ = ["DevSession", "arena_game", "describe_result", "game_factory", "render"]
+
+
+def arena_game() -> Game:
+    """The example arena's game: 100 x 100 units, players and enemies besides the defaults."""
+    prefabs = default_prefabs()
+    prefabs.register(Prefab("player", description="A runner controlled by a mod."))
+    prefabs.register(Prefab("enemy", description="Chases players.", radius=0.6))
+    return Game(World(prefabs, bound=50), seed=1)
+
+
+def game_factory(spec: str | None) -> Callable[[], Game]:
+    """The factory named by ``module:function`` (``None``: :func:`arena_game`).
+
+    Raises:
+        ValueError: not ``module:function``, or no such module or function.
+    """
+    if spec is None:
+        return arena_game
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{spec!r}: use module:function, e.g. mygame.server:make_game")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"{spec!r}: {exc}") from None
+    if not callable(factory):
+        raise ValueError(f"{spec!r} is not callable")
+    return factory  # type: ignore[no-any-return]
+
+
+class DevSession:
+    """A game ticking at a fixed rate while a :class:`ModWatcher` feeds changed mod
+    folders to a :class:`ModHost`. Reloads happen between ticks, as soon as a burst of
+    saves settles; the game never waits for a file.
+
+    Args:
+        host: the mods and their game.
+        tick_s: seconds between ticks.
+        watch: watch the directory (``False``: load once, tick, no reloads).
+        debounce_ms, step_ms: the watcher's settings (see :class:`ModWatcher`).
+    """
+
+    def __init__(self, host: ModHost, *, tick_s: float = 0.05, watch: bool = True,
+                 debounce_ms: int = DEBOUNCE_MS, step_ms: int = STEP_MS) -> None:
+        self.host = host
+        self.game = host.game
+        self.tick_s = tick_s
+        self.watcher = ModWatcher(host.mods_dir, debounce_ms=debounce_ms,
+                                  step_ms=step_ms) if watch else None
+        self.results: list[ReloadResult] = []
+        self.reports: list[tuple[int, str, str]] = []
+        self._next_tick = 0.0
+
+    def start(self) -> list[ReloadResult]:
+        """Start watching, then load (or restore) every mod; the load results."""
+        if self.watcher is not None:
+            self.watcher.start()
+        results = self.host.load_all()
+        self.results.extend(results)
+        self._next_tick = time.monotonic()
+        return results
+
+    def step(self, on_tick: Callable[[Any], None] | None = None) -> None:
+        """Apply the changes that arrive before the next tick is due, then tick if due."""
+        timeout = self._next_tick - time.monotonic()
+        if self.watcher is not None:
+            for folder in sorted(self.watcher.get(timeout)):
+                self.results.append(self.host.reload_folder(folder))
+                del self.results[:-100]
+        elif timeout > 0:
+            time.sleep(timeout)
+        if time.monotonic() >= self._next_tick:
+            report = self.game.tick()
+            self._next_tick = max(self._next_tick + self.tick_s, time.monotonic() - self.tick_s)
+            self.reports.extend((report.tick, mod, line) for mod, line in report.reports)
+            del self.reports[:-20]
+            self.host.refresh()
+            if on_tick is not None:
+                on_tick(report)
+
+    def run(self, ticks: int | None = None, on_tick: Callable[[Any], None] | None = None,
+            ) -> None:
+        """Step until ``ticks`` more ticks have run (``None``: until interrupted)."""
+        goal = None if ticks is None else self.game.tick_count + ticks
+        while goal is None or self.game.tick_count < goal:
+            self.step(on_tick)
+
+    def close(self) -> None:
+        """Stop watching. The game is the caller's to close."""
+        if self.watcher is not None:
+            self.watcher.close()
+
+
+def render(session: DevSession) -> Group:
+    """The live view: each mod's version, status and stats, and the latest errors."""
+    game = session.game
+    table = Table(title=f"moonbox dev  {escape(str(session.host.mods_dir))}  "
+                        f"tick {game.tick_count}", expand=True)
+    for column in ("mod", "version", "status", "reloads", "calls", "steps", "errors",
+                   "trips", "refused"):
+        table.add_column(column, justify="left" if column in ("mod", "version", "status")
+                         else "right")
+    colours = {"running": "green", "quarantined": "red", "failed_reload": "yellow",
+               "failed": "red"}
+    for state in sorted(session.host.mods.values(), key=lambda s: s.id):
+        version = state.package.manifest.version if state.package else "-"
+        try:
+            stats = game.mod(state.id).stats
+            numbers = (stats.calls, stats.steps, stats.errors, stats.trips,
+                       stats.commands_refused)
+        except Exception:
+            numbers = ("-",) * 5
+        table.add_row(escape(state.id), escape(version),
+                      f"[{colours[state.status]}]{state.status.replace('_', ' ')}[/]",
+                      str(state.reloads), *(f"{n:,}" if isinstance(n, int) else n
+                                           for n in numbers))
+    errors = [escape(e) for e in session.host.errors[-5:]] or ["[dim]none[/]"]
+    reports = [f"[dim]{t:>5}[/] {escape(m)}: {escape(line)}"
+               for t, m, line in session.reports[-6:]] or ["[dim]none[/]"]
+    return Group(table, Panel("\n".join(errors), title="latest errors", border_style="red"),
+                 Panel("\n".join(reports), title="reports"))
+
+
+def describe_result(result: ReloadResult) -> str:
+    """One line (or a few, for an error) for a load or reload, for a plain terminal."""
+    if result.ok:
+        what = "unchanged" if result.unchanged else f"live {result.version_hash[:12]}"
+        return f"{result.mod}: {what} ({result.elapsed_s * 1000:.0f} ms)"
+    return f"{result.mod}: refused, the previous version (if any) runs on\n  {result.error}"
+
+

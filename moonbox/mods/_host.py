@@ -1,0 +1,459 @@
+"""Mod packages in a running game: load, dry-run, swap, persist and restore."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import msgpack
+from pydantic import BaseModel
+
+from .._errors import MoonboxError, ScriptError
+from ..bindings import Permissions, Registry
+from ..engine import Game, Mod
+from ..store import Store
+from ..world import World
+from ._errors import ModError
+from ._manifest import MANIFEST_NAME, parse_manifest
+from ._order import discover, grant, order_packages
+from ._package import ModPackage
+from ._require import preparer
+
+__all__ = ["ACTIVE_KEY", "ModHost", "ModState", "ReloadResult"]
+
+ACTIVE_KEY = "mods:active"
+"""The data key in the versions store that lists the active mods and their file revisions."""
+
+ON_RELOAD_CHUNK = "=(moonbox on_reload)"
+_ON_RELOAD = """local old_state = ...
+if type(on_reload) == "function" then on_reload(old_state) end"""
+
+Status = Literal["running", "quarantined", "failed_reload", "failed"]
+
+
+class _ActiveMod(BaseModel):
+    id: str
+    version: str
+    hash: str
+    files: dict[str, int]
+
+
+class _Active(BaseModel):
+    mods: list[_ActiveMod] = []
+
+
+@dataclass
+class ModState:
+    """One mod as the host sees it.
+
+    Attributes:
+        id: the mod's id.
+        package: the version live in the game (``None`` if none ever loaded).
+        status: ``running``, ``quarantined`` (the engine stopped it), ``failed_reload``
+            (the last change was refused; the previous version runs on) or ``failed``
+            (no version could load).
+        error: the latest problem, as a sentence naming mod, file, line and source line.
+        reloads: versions swapped in since the first load.
+        pending: a version that failed, kept to show what was refused.
+    """
+
+    id: str
+    package: ModPackage | None = None
+    status: Status = "failed"
+    error: str | None = None
+    reloads: int = 0
+    pending: ModPackage | None = None
+
+
+@dataclass(frozen=True)
+class ReloadResult:
+    """What one load or reload did.
+
+    Attributes:
+        mod: the mod's id (or folder name).
+        ok: the new version is live.
+        version_hash: the version tried (empty when the folder could not be read).
+        error: why it was refused (mod, file, line and source line), else ``None``.
+        elapsed_s: read + dry run + swap, in seconds.
+        unchanged: the folder held the live version already; nothing was done.
+    """
+
+    mod: str
+    ok: bool
+    version_hash: str = ""
+    error: str | None = None
+    elapsed_s: float = 0.0
+    unchanged: bool = False
+
+
+def describe(error: BaseException, package: ModPackage | None) -> str:
+    """A sentence for a failed load: mod, file, line, message, and the source line."""
+    if isinstance(error, ModError):
+        return str(error)
+    text = str(error)
+    if isinstance(error, ScriptError) and package is not None and error.chunk and error.line:
+        prefix = f"@mods/{package.id}/"
+        if error.chunk.startswith(prefix):
+            source = package.files.get(error.chunk[len(prefix):])
+            lines = source.splitlines() if source is not None else []
+            if 0 < error.line <= len(lines):
+                text += f"\n    {error.line} | {lines[error.line - 1].strip()}"
+    mod = package.id if package is not None else "?"
+    return f"mod {mod!r}: {text}"
+
+
+def _plain_copy(value: Any) -> Any:
+    return msgpack.unpackb(msgpack.packb(value, use_bin_type=True), raw=False,
+                           strict_map_key=False)
+
+
+class ModHost:
+    """Loads mod packages from a directory into a :class:`~moonbox.engine.Game`, and swaps
+    in new versions of them while the game runs.
+
+    A new version is compiled and dry-run first, in a scratch game (a copy of the world,
+    the live versions of its dependencies, a copy of its state, ``on_reload``, one tick),
+    and goes live only if all of that succeeds. A swap unloads the old version (its
+    timers, handlers, waiting tasks and exports go with its sandbox), loads the new one,
+    hands it the old per-mod state and calls its ``on_reload(old_state)`` if it defines
+    one. Versions that went live are recorded in the versions store, and
+    :meth:`restore` loads them again after a restart.
+
+    Args:
+        game: the game to load into.
+        mods_dir: the mods directory: one folder per mod, each with a ``mod.toml``.
+        policy: the most the host grants any mod (default: mode ``auto``); a mod gets,
+            per binding, the stricter of this and what its manifest asks for.
+        store: where live versions are recorded (optional).
+        label: how errors name the mods directory.
+        author: the author recorded with each version.
+    """
+
+    def __init__(
+        self,
+        game: Game,
+        mods_dir: Path | str,
+        *,
+        policy: Permissions | None = None,
+        store: Store | None = None,
+        label: str = "mods",
+        author: str = "modder",
+    ) -> None:
+        self.game = game
+        self.mods_dir = Path(mods_dir)
+        self.policy = policy or Permissions(mode="auto")
+        self.store = store
+        self.label = label
+        self.author = author
+        self.mods: dict[str, ModState] = {}
+        self.errors: list[str] = []
+        self.on_result: Callable[[ReloadResult], None] | None = None
+        if store is not None and not store.data.registered(ACTIVE_KEY):
+            store.data.register(ACTIVE_KEY, _Active, {"mods": []})
+
+    # -- loading -------------------------------------------------------------------------
+
+    def permissions_for(self, package: ModPackage, registry: Registry | None = None) -> Permissions:
+        """What ``package`` gets under the host's policy (see :func:`grant`)."""
+        return grant(package.manifest.permissions, self.policy, registry or self.game.registry)
+
+    def load_all(self) -> list[ReloadResult]:
+        """Restore recorded versions (with a store), then load what is on disk and differs.
+
+        Returns one result per mod tried, in load order; unreadable folders, missing
+        dependencies and cycles are in the results as refused loads.
+        """
+        results: list[ReloadResult] = []
+        if self.store is not None:
+            results.extend(self.restore())
+        packages, errors = discover(self.mods_dir, self.label)
+        ordered, order_errors = order_packages(packages, available=self.mods)
+        for error in (*errors, *order_errors):
+            results.append(self._refused(error.mod or "?", str(error), None))
+        for package in ordered:
+            results.append(self.apply(package))
+        return results
+
+    def folder_of(self, path: Path | str) -> str | None:
+        """The name of the mod folder that holds ``path``, if any."""
+        try:
+            rel = Path(path).resolve().relative_to(self.mods_dir.resolve())
+        except ValueError:
+            return None
+        return rel.parts[0] if len(rel.parts) > 1 else None
+
+    def reload_folder(self, folder: str) -> ReloadResult:
+        """Read the mod folder ``folder`` of the mods directory again and apply it."""
+        from ._package import read_package
+
+        start = time.perf_counter()
+        try:
+            package = read_package(self.mods_dir / folder, f"{self.label}/{folder}")
+        except ModError as exc:
+            mod = exc.mod or folder
+            for state in self.mods.values():
+                if state.package is not None and state.package.root.name == folder:
+                    mod = state.id
+            return self._refused(mod, str(exc), None, start)
+        return self.apply(package, start=start)
+
+    def apply(self, package: ModPackage, *, start: float | None = None) -> ReloadResult:
+        """Load ``package``, or swap it in for the live version of its mod, if its dry run
+        succeeds. A failure leaves the live version running."""
+        start = time.perf_counter() if start is None else start
+        state = self.mods.get(package.id)
+        if state is not None and state.package is not None \
+                and state.package.version_hash == package.version_hash \
+                and state.status != "failed":
+            if state.status == "failed_reload":
+                state.status = self._status_of(state.id)
+                state.pending = None
+            return self._emit(ReloadResult(package.id, True, package.version_hash,
+                                           elapsed_s=time.perf_counter() - start,
+                                           unchanged=True))
+        missing = [d for d in package.manifest.dependencies
+                   if d not in self.mods or self.mods[d].package is None]
+        if missing:
+            return self._refused(package.id, str(ModError(
+                f"depends on {', '.join(map(repr, missing))}, which is not loaded",
+                code="missing_dependency", mod=package.id,
+                file=f"{package.label}/{MANIFEST_NAME}", field="dependencies")),
+                package, start)
+        old_state = self._live_state(package.id)
+        error = self._dry_run(package, old_state)
+        if error is not None:
+            return self._refused(package.id, error, package, start)
+        error = self._swap(package, old_state)
+        if error is not None:
+            return self._refused(package.id, error, package, start)
+        return self._emit(ReloadResult(package.id, True, package.version_hash,
+                                       elapsed_s=time.perf_counter() - start))
+
+    # -- dry run and swap ----------------------------------------------------------------
+
+    def _live_state(self, mod_id: str) -> dict[str, Any] | None:
+        try:
+            mod = self.game.mod(mod_id)
+        except MoonboxError:
+            return None
+        return _plain_copy(mod.state)
+
+    def _load(self, game: Game, package: ModPackage, permissions: Permissions) -> Mod:
+        return game.load_mod(package.id, package.entry_source,
+                             chunk=package.chunk(package.manifest.entry),
+                             permissions=permissions, prepare=preparer(package))
+
+    def _carry(self, mod: Mod, old_state: dict[str, Any] | None) -> str | None:
+        """Hand ``old_state`` to the new version: its per-mod state, then ``on_reload``."""
+        if old_state is None:
+            return None
+        for key, value in old_state.items():
+            mod.state[key] = value
+            mod.state_bytes[key] = len(msgpack.packb(value, use_bin_type=True)) + len(key)
+        outcome = mod.sandbox.run(_ON_RELOAD, ON_RELOAD_CHUNK, args=(_plain_copy(old_state),),
+                                  max_resumes=1)
+        if outcome.error is not None:
+            return f"on_reload failed: {outcome.error}"
+        if outcome.status != "done":
+            return "on_reload waited or yielded; it must return at once"
+        return None
+
+    def _dry_run(self, package: ModPackage, old_state: dict[str, Any] | None) -> str | None:
+        """Compile and run the new version in a scratch game; ``None`` when it ran clean."""
+        live = self.game
+        registry = Registry(b for b in live.registry
+                            if b.group not in ("engine", "world") and b.name != "query")
+        w = live.world
+        options = {"bound": w.bound, "max_entities": w.max_entities}
+        try:
+            world = World.load(w.snapshot(), w.prefabs, **options)
+        except MoonboxError:
+            world = World(w.prefabs, **options)
+        scratch = Game(world, registry=registry, budget=live.budget, limits=live.limits,
+                       seed=live.seed, jit=live.jit)
+        try:
+            for dep in self._dependencies(package):
+                dep_package = self.mods[dep].package
+                assert dep_package is not None
+                scratch.load_mod(dep, dep_package.entry_source,
+                                 chunk=dep_package.chunk(dep_package.manifest.entry),
+                                 permissions=self.permissions_for(dep_package, registry),
+                                 prepare=preparer(dep_package))
+            mod = self._load(scratch, package, self.permissions_for(package, registry))
+            if mod.quarantine is not None:
+                failure = mod.quarantine.failure
+                return describe(failure.error, package) if failure else \
+                    f"mod {package.id!r}: {mod.quarantine.reason}"
+            problem = self._carry(mod, old_state)
+            if problem is not None:
+                return f"mod {package.id!r}: {problem}"
+            report = scratch.tick()
+            for failure in report.failures:
+                if failure.mod == package.id:
+                    return describe(failure.error, package) + f" (in {failure.handler})"
+            return None
+        except MoonboxError as exc:
+            return describe(exc, package)
+        finally:
+            scratch.close()
+            registry.close()
+
+    def _dependencies(self, package: ModPackage) -> list[str]:
+        """The live dependencies of ``package``, transitively, dependencies first."""
+        seen: list[str] = []
+
+        def walk(p: ModPackage) -> None:
+            for dep in p.manifest.dependencies:
+                state = self.mods.get(dep)
+                if dep not in seen and state is not None and state.package is not None:
+                    walk(state.package)
+                    seen.append(dep)
+
+        walk(package)
+        return [d for d in seen if d != package.id]
+
+    def _swap(self, package: ModPackage, old_state: dict[str, Any] | None) -> str | None:
+        game = self.game
+        state = self.mods.get(package.id)
+        old_package = state.package if state is not None else None
+        if old_state is not None:
+            game.unload_mod(package.id)
+        mod = self._load(game, package, self.permissions_for(package))
+        problem: str | None = None
+        if mod.quarantine is not None:
+            failure = mod.quarantine.failure
+            problem = describe(failure.error, package) if failure else mod.quarantine.reason
+        else:
+            carried = self._carry(mod, old_state)
+            problem = f"mod {package.id!r}: {carried}" if carried else None
+        if problem is not None:
+            # It ran in the dry run but not here: put the old version back.
+            game.unload_mod(package.id)
+            if old_package is not None:
+                back = self._load(game, old_package, self.permissions_for(old_package))
+                self._carry(back, old_state)
+            return problem
+        if state is None:
+            state = self.mods[package.id] = ModState(package.id)
+        elif state.package is not None:
+            state.reloads += 1
+        state.package = package
+        state.pending = None
+        state.error = None
+        state.status = self._status_of(package.id)
+        self._record(package)
+        return None
+
+    def _refused(self, mod_id: str, error: str, package: ModPackage | None,
+                 start: float | None = None) -> ReloadResult:
+        state = self.mods.get(mod_id)
+        if state is None:
+            state = self.mods[mod_id] = ModState(mod_id)
+        state.error = error
+        state.pending = package
+        state.status = "failed_reload" if state.package is not None else "failed"
+        self.errors.append(error)
+        del self.errors[:-50]
+        if package is not None:
+            self._record_failure(package, error)
+        elapsed = time.perf_counter() - start if start is not None else 0.0
+        return self._emit(ReloadResult(mod_id, False, package.version_hash if package else "",
+                                       error, elapsed))
+
+    def _emit(self, result: ReloadResult) -> ReloadResult:
+        if self.on_result is not None:
+            self.on_result(result)
+        return result
+
+    def _status_of(self, mod_id: str) -> Status:
+        try:
+            mod = self.game.mod(mod_id)
+        except MoonboxError:
+            return "failed"
+        return "quarantined" if mod.quarantine is not None else "running"
+
+    def refresh(self) -> None:
+        """Bring each mod's status up to date with the engine (quarantines happen in ticks)."""
+        for state in self.mods.values():
+            if state.package is not None and state.status in ("running", "quarantined"):
+                state.status = self._status_of(state.id)
+                if state.status == "quarantined" and state.error is None:
+                    q = self.game.mod(state.id).quarantine
+                    if q is not None:
+                        state.error = (describe(q.failure.error, state.package)
+                                       if q.failure else q.reason)
+
+    # -- the versions store --------------------------------------------------------------
+
+    @staticmethod
+    def _key(mod_id: str, path: str) -> str:
+        return f"mods/{mod_id}/{path}"
+
+    def _record(self, package: ModPackage) -> None:
+        store = self.store
+        if store is None:
+            return
+        files: dict[str, int] = {}
+        for path, text in {MANIFEST_NAME: package.manifest_text, **package.files}.items():
+            key = self._key(package.id, path)
+            if key in store.scripts and store.scripts.current(key).content == text:
+                files[path] = store.scripts.current(key).rev
+            else:
+                files[path] = store.scripts.record_success(
+                    key, text, author=self.author, role="modder").rev
+        active = self._active()
+        mods = [m for m in active.mods if m.id != package.id]
+        mods.append(_ActiveMod(id=package.id, version=package.manifest.version,
+                               hash=package.version_hash, files=files))
+        store.data.record_success(ACTIVE_KEY, _Active(mods=mods).model_dump(),
+                                  author=self.author, role="modder")
+
+    def _record_failure(self, package: ModPackage, error: str) -> None:
+        store = self.store
+        if store is None:
+            return
+        for path, text in {MANIFEST_NAME: package.manifest_text, **package.files}.items():
+            key = self._key(package.id, path)
+            if key in store.scripts and store.scripts.current(key).content != text:
+                store.scripts.record_failure(key, text, error=error[:4000],
+                                             author=self.author, role="modder")
+
+    def _active(self) -> _Active:
+        store = self.store
+        if store is None or ACTIVE_KEY not in store.data:
+            return _Active()
+        return _Active.model_validate(store.data.current(ACTIVE_KEY).content or {"mods": []})
+
+    def restore(self) -> list[ReloadResult]:
+        """Load the versions the store lists as active, as they were when they went live.
+
+        Runs before anything is read from disk, so a file broken while the game was down
+        does not stop the last good version from running; :meth:`load_all` then tries
+        what is on disk through the usual dry run.
+        """
+        store = self.store
+        if store is None:
+            return []
+        packages: list[ModPackage] = []
+        results: list[ReloadResult] = []
+        for entry in self._active().mods:
+            try:
+                files = {path: store.scripts.revision(self._key(entry.id, path), rev).content
+                         for path, rev in entry.files.items()}
+                manifest_text = files.pop(MANIFEST_NAME)
+                label = f"{self.label}/{entry.id}"
+                manifest = parse_manifest(manifest_text, f"{label}/{MANIFEST_NAME}")
+                packages.append(ModPackage((self.mods_dir / entry.id).resolve(), manifest,
+                                           manifest_text, files, {}, label))
+            except (MoonboxError, KeyError) as exc:
+                results.append(self._refused(entry.id, f"mod {entry.id!r}: could not restore "
+                                             f"its recorded version: {exc}", None))
+        ordered, errors = order_packages(packages, available=self.mods)
+        for error in errors:
+            results.append(self._refused(error.mod or "?", str(error), None))
+        for package in ordered:
+            results.append(self.apply(package))
+        return results

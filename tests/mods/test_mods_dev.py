@@ -1,0 +1,73 @@
+"""The watcher and `moonbox dev`: saves become reloads, bursts become one."""
+
+from __future__ import annotations
+
+import time
+
+from click.testing import CliRunner
+from conftest import write_mod
+
+from moonbox.cli import cli
+from moonbox.engine import Game
+from moonbox.mods import ModHost
+from moonbox.mods._dev import DevSession
+
+
+def _wait(session, predicate, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        session.step()
+        if predicate():
+            return True
+    return False
+
+
+def test_a_save_is_swapped_in_and_a_burst_is_one_reload(mods_dir):
+    folder = write_mod(mods_dir, "w", 'every(1, function() report("v0") end)')
+    with Game() as game:
+        host = ModHost(game, mods_dir)
+        session = DevSession(host, tick_s=0.01, debounce_ms=300, step_ms=30)
+        try:
+            assert all(r.ok for r in session.start())
+            for i in range(1, 11):  # an editor writing in a burst, some writes half-done
+                text = f'every(1, function() report("v{i}") end)'
+                (folder / "main.lua").write_text(text[: len(text) // 2] if i % 2 else text)
+            assert _wait(session, lambda: any(line == "v10" for _, _, line in session.reports))
+            live = [r for r in session.results[1:] if r.ok and not r.unchanged]
+            assert 1 <= len(live) <= 3  # grouped, not one reload per write
+            assert host.mods["w"].status == "running"
+            # A broken save: refused, the old version goes on ticking.
+            (folder / "main.lua").write_text("every(1, function(\n")
+            assert _wait(session, lambda: host.mods["w"].status == "failed_reload")
+            assert "mods/w/main.lua:" in host.errors[-1]
+            n = len(session.reports)
+            assert _wait(session, lambda: len(session.reports) > n)
+            assert session.reports[-1][2] == "v10"
+        finally:
+            session.close()
+
+
+def test_dev_once_and_ticks(mods_dir, tmp_path):
+    write_mod(mods_dir, "hello", 'every(2, function(t) report("hi " .. t) end)')
+    runner = CliRunner()
+    store = tmp_path / "v.db"
+    result = runner.invoke(cli, ["dev", str(mods_dir), "--once", "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    assert "hello: live" in result.output
+    result = runner.invoke(cli, ["dev", str(mods_dir), "--ticks", "4", "--tps", "500",
+                                 "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    assert "hello: unchanged" in result.output and "hi 4" in result.output
+
+
+def test_dev_reports_a_broken_mod_and_exits_1(mods_dir):
+    write_mod(mods_dir, "bad", "local x = \n")
+    result = CliRunner().invoke(cli, ["dev", str(mods_dir), "--once", "--no-store"])
+    assert result.exit_code == 1
+    assert "mods/bad/main.lua:" in result.output and "refused" in result.output
+
+
+def test_dev_game_factory_errors_are_usage_errors(mods_dir):
+    result = CliRunner().invoke(cli, ["dev", str(mods_dir), "--once", "--no-store",
+                                      "--game", "no_such_module_here:make"])
+    assert result.exit_code == 2

@@ -1,0 +1,153 @@
+"""Discovery, dependency order, permissions granted, and require confined to the folder."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import write_mod
+
+from moonbox.bindings import Permissions
+from moonbox.engine import Game
+from moonbox.mods import ModError, ModHost, discover, order_packages, read_package
+
+
+def _ids(packages):
+    return [p.id for p in packages]
+
+
+def test_dependencies_load_first(mods_dir):
+    write_mod(mods_dir, "c", "", deps=("b",))
+    write_mod(mods_dir, "b", "", deps=("a",))
+    write_mod(mods_dir, "a", "")
+    write_mod(mods_dir, "d", "")
+    packages, errors = discover(mods_dir)
+    ordered, order_errors = order_packages(packages)
+    assert not errors and not order_errors
+    assert _ids(ordered) == ["a", "b", "c", "d"]
+
+
+def test_missing_dependency_and_cycle_are_clear_errors(mods_dir):
+    write_mod(mods_dir, "x", "", deps=("y",))
+    write_mod(mods_dir, "y", "", deps=("x",))
+    write_mod(mods_dir, "lonely", "", deps=("ghost",))
+    write_mod(mods_dir, "fan", "", deps=("lonely",))
+    write_mod(mods_dir, "fine", "")
+    ordered, errors = order_packages(discover(mods_dir)[0])
+    assert _ids(ordered) == ["fine"]
+    by_mod = {e.mod: e for e in errors}
+    assert by_mod["x"].code == by_mod["y"].code == "dependency_cycle"
+    assert "x -> y -> x" in str(by_mod["x"]) or "y -> x -> y" in str(by_mod["x"])
+    assert by_mod["lonely"].code == "missing_dependency" and "'ghost'" in str(by_mod["lonely"])
+    assert by_mod["fan"].code == "missing_dependency"
+    assert str(by_mod["lonely"]).startswith("mods/lonely/mod.toml: field 'dependencies'")
+
+
+def test_bad_folders_are_reported_and_others_load(mods_dir):
+    write_mod(mods_dir, "good", 'state_set("ok", true)')
+    bad = write_mod(mods_dir, "bad", "")
+    (bad / "mod.toml").write_text('id = "bad"\nentry = "nope.lua"\n')
+    with Game() as game:
+        host = ModHost(game, mods_dir)
+        results = {r.mod: r for r in host.load_all()}
+        assert results["good"].ok and not results["bad"].ok
+        assert "nope.lua" in results["bad"].error
+        assert game.mod("good").state == {"ok": True}
+
+
+def test_a_mod_never_gets_more_than_the_policy(mods_dir):
+    write_mod(mods_dir, "greedy", 'report(tostring(coreai_world_spawn ~= nil))', mode="full")
+    write_mod(mods_dir, "humble", 'report(tostring(state_set ~= nil))', mode="readonly")
+    with Game() as game:
+        host = ModHost(game, mods_dir, policy=Permissions(mode="readonly"))
+        host.load_all()
+        greedy = host.permissions_for(host.mods["greedy"].package)
+        assert greedy.decide("coreai_world_spawn", "write") == "deny"
+        humble = ModHost(game, mods_dir, policy=Permissions(mode="full")).permissions_for(
+            host.mods["humble"].package)
+        assert humble.decide("state_set", "write") == "deny"
+        assert humble.decide("coreai_world_pos", "read") == "allow"
+
+
+LIB = "local M = {}\nfunction M.double(x) return x * 2 end\nreturn M\n"
+
+
+def _load_one(mods_dir, main, files=None):
+    write_mod(mods_dir, "m", main, files=files)
+    game = Game()
+    host = ModHost(game, mods_dir)
+    result = host.load_all()[0]
+    return game, host, result
+
+
+def test_require_runs_own_files_once_with_their_chunk_names(mods_dir):
+    main = ('local u = require("lib.util")\nlocal v = require("lib/util.lua")\n'
+            'state_set("same", u == v)\nstate_set("d", u.double(21))\n'
+            'state_set("bad", select(2, pcall(require, "lib.broken")))\n')
+    files = {"lib/util.lua": LIB, "lib/broken.lua": "local x = 1\nerror('nope')\n"}
+    game, host, result = _load_one(mods_dir, main, files)
+    with game:
+        assert result.ok, result.error
+        state = game.mod("m").state
+        assert state["same"] is True and state["d"] == 42
+        assert state["bad"].startswith("mods/m/lib/broken.lua:2: nope")
+
+
+@pytest.mark.parametrize("name, words", [
+    ("../other/main", "leaves the mod's folder"),
+    ("..", "leaves the mod's folder"),
+    ("/etc/passwd", "absolute path"),
+    ("C:/x", "absolute path"),
+    ("missing", "no file 'missing.lua'"),
+    ("./main", "not a file name"),
+])
+def test_require_is_confined(mods_dir, name, words):
+    write_mod(mods_dir, "other", "")
+    main = f'state_set("err", select(2, pcall(require, {name!r})))\n'
+    game, host, result = _load_one(mods_dir, main)
+    with game:
+        assert result.ok, result.error
+        assert words in game.mod("m").state["err"]
+
+
+def test_require_refuses_a_link_out_of_the_folder(mods_dir, tmp_path):
+    outside = tmp_path / "secret.lua"
+    outside.write_text("return 'secret'")
+    folder = write_mod(mods_dir, "m", 'state_set("err", select(2, pcall(require, "evil")))\n'
+                       'state_set("inner", require("alias"))')
+    (folder / "real.lua").write_text("return 'inner'")
+    os.symlink(outside, folder / "evil.lua")
+    os.symlink(folder / "real.lua", folder / "alias.lua")
+    package = read_package(folder)
+    assert "evil.lua" in package.refused and "alias.lua" in package.files
+    with Game() as game:
+        host = ModHost(game, mods_dir)
+        host.load_all()
+        state = game.mod("m").state
+        assert "outside the mod's folder" in state["err"] and state["inner"] == "inner"
+
+
+def test_require_cycle_is_an_error(mods_dir):
+    files = {"a.lua": "return require('b')", "b.lua": "return require('a')"}
+    game, host, result = _load_one(mods_dir, 'require("a")', files)
+    with game:
+        assert not result.ok
+        assert "a cycle: a.lua -> b.lua -> a.lua" in result.error
+
+
+def test_a_syntax_error_in_any_file_names_file_line_and_source(mods_dir):
+    files = {"lib/util.lua": "local M = {}\nfunction M.f( return 1 end\nreturn M\n"}
+    game, host, result = _load_one(mods_dir, "", files)
+    with game:
+        assert not result.ok
+        assert "mods/m/lib/util.lua:2" in result.error
+        assert "2 | function M.f( return 1 end" in result.error
+        assert host.mods["m"].status == "failed"
+
+
+def test_unreadable_entry_is_a_mod_error(mods_dir):
+    folder = write_mod(mods_dir, "m", "")
+    (folder / "main.lua").unlink()
+    with pytest.raises(ModError) as info:
+        read_package(folder)
+    assert info.value.code == "missing_entry" and info.value.field == "entry"

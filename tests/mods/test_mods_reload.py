@@ -1,0 +1,148 @@
+"""Swapping in new versions: state carried, failures keep the old one, old timers gone."""
+
+from __future__ import annotations
+
+from conftest import write_mod
+
+from moonbox.engine import Game
+from moonbox.mods import ModHost
+from moonbox.store import Store
+
+V1 = """
+local n = state_get("n") or 0
+every(1, function() n = n + 1; state_set("n", n); report("v1 " .. n) end)
+after(5, function() report("v1 late timer") end)
+"""
+
+V2 = """
+every(1, function() state_set("n", (state_get("n") or 0) + 10); report("v2") end)
+function on_reload(old)
+  state_set("migrated_from", old.n)
+end
+"""
+
+
+def _tick(game, n=1):
+    lines = []
+    for _ in range(n):
+        lines += [line for _, line in game.tick().reports]
+    return lines
+
+
+def test_reload_carries_state_and_cancels_old_timers(mods_dir):
+    folder = write_mod(mods_dir, "w", V1)
+    with Game() as game:
+        host = ModHost(game, mods_dir)
+        assert host.load_all()[0].ok
+        _tick(game, 3)
+        assert game.mod("w").state["n"] == 3
+        (folder / "main.lua").write_text(V2)
+        result = host.reload_folder("w")
+        assert result.ok, result.error
+        state = game.mod("w").state
+        assert state["n"] == 3 and state["migrated_from"] == 3
+        lines = _tick(game, 4)
+        assert lines == ["v2"] * 4  # no "v1 ..." and no late timer of the old version
+        assert game.mod("w").state["n"] == 43
+        assert host.mods["w"].reloads == 1 and host.mods["w"].status == "running"
+
+
+def test_failed_reload_keeps_the_old_version_running(mods_dir):
+    folder = write_mod(mods_dir, "w", V1)
+    with Game() as game:
+        host = ModHost(game, mods_dir)
+        host.load_all()
+        _tick(game, 2)
+        for bad, where in [
+            ("every(1, function() end\n", "mods/w/main.lua:"),           # syntax
+            ("local t = nil\nt.x = 1\n", "mods/w/main.lua:2"),             # load-time error
+            ("on('tick', function() error('tick boom') end)\n", "tick boom"),  # first tick
+            ("function on_reload(old) error('migrate') end\n", "on_reload failed"),
+        ]:
+            (folder / "main.lua").write_text(bad)
+            result = host.reload_folder("w")
+            assert not result.ok and where in result.error, result.error
+            assert host.mods["w"].status == "failed_reload"
+            assert _tick(game, 1)[0] == f"v1 {game.tick_count}"
+        assert "2 | t.x = 1" in host.errors[1]
+        (folder / "main.lua").write_text(V1)
+        assert host.reload_folder("w").unchanged
+        assert host.mods["w"].status == "running"
+
+
+def test_a_reload_error_in_a_required_file_names_it(mods_dir):
+    folder = write_mod(mods_dir, "w", 'local h = require("helpers")\nh.go()\n',
+                       files={"helpers.lua": "return { go = function() end }\n"})
+    with Game() as game:
+        host = ModHost(game, mods_dir)
+        host.load_all()
+        (folder / "helpers.lua").write_text("return { go = function()\n  local x = nil .. 1\nend }\n")
+        result = host.reload_folder("w")
+        assert "mods/w/helpers.lua:2" in result.error
+        assert "local x = nil .. 1" in result.error
+
+
+def test_half_written_file_is_refused_then_the_whole_one_loads(mods_dir):
+    folder = write_mod(mods_dir, "w", V1)
+    with Game() as game:
+        host = ModHost(game, mods_dir)
+        host.load_all()
+        full = V2
+        (folder / "main.lua").write_text(full[: len(full) // 2])  # an editor mid-save
+        assert not host.reload_folder("w").ok
+        (folder / "mod.toml").write_text('id = "w"\nversion = ')  # a half-written manifest
+        assert "mod.toml" in host.reload_folder("w").error
+        assert _tick(game, 1)[0].startswith("v1")
+        write_mod(mods_dir, "w", full)
+        assert host.reload_folder("w").ok
+        assert _tick(game, 1) == ["v2"]
+
+
+def test_many_rapid_saves_end_on_the_last_version(mods_dir):
+    folder = write_mod(mods_dir, "w", V1)
+    with Game() as game:
+        host = ModHost(game, mods_dir)
+        host.load_all()
+        for i in range(30):
+            (folder / "main.lua").write_text(f'every(1, function() report("v{i}") end)\n')
+            if i % 3 == 0:
+                host.reload_folder("w")
+        host.reload_folder("w")
+        assert _tick(game, 2) == ["v29", "v29"]
+        assert game.mod("w").timer_count == 1
+
+
+def test_dependents_keep_calling_the_new_version(mods_dir):
+    lib = write_mod(mods_dir, "lib", 'export("f", function(x) return x + 1 end)')
+    write_mod(mods_dir, "app", 'local f = import("lib", "f")\n'
+              'every(1, function() report(tostring(f(1))) end)', deps=("lib",))
+    with Game() as game:
+        host = ModHost(game, mods_dir)
+        assert all(r.ok for r in host.load_all())
+        assert _tick(game, 1) == ["2"]
+        (lib / "main.lua").write_text('export("f", function(x) return x + 100 end)')
+        assert host.reload_folder("lib").ok
+        assert _tick(game, 1) == ["101"]
+
+
+def test_restart_restores_the_active_versions(mods_dir, tmp_path):
+    folder = write_mod(mods_dir, "w", V1)
+    write_mod(mods_dir, "other", 'every(1, function() report("other") end)')
+    db = tmp_path / "versions.db"
+    with Store(db) as store, Game() as game:
+        host = ModHost(game, mods_dir, store=store)
+        host.load_all()
+        (folder / "main.lua").write_text(V2)
+        assert host.reload_folder("w").ok
+        assert store.scripts.current("mods/w/main.lua").rev == 2
+    # While the game was down the file broke: the restart runs the recorded version.
+    (folder / "main.lua").write_text("this is not lua")
+    with Store(db) as store, Game() as game:
+        host = ModHost(game, mods_dir, store=store)
+        results = host.load_all()
+        assert [r.ok for r in results if r.mod == "w"] == [True, False]
+        assert sorted(m.id for m in game.mods) == ["other", "w"]
+        assert sorted(_tick(game, 1)) == ["other", "v2"]
+        assert host.mods["w"].status == "failed_reload"
+        history = store.scripts.history("mods/w/main.lua")
+        assert history[0].outcome == "failed"
