@@ -130,7 +130,7 @@ _ARENA_MODS = ("scoreboard", "pickups", "players", "enemies", "glitch")
 
 
 def _arena(console: Console, ticks: int = 100) -> None:
-    """9. The arena of examples/arena, headless: four mods play, one is quarantined."""
+    """9. The arena (also examples/arena/arena.py), headless: four mods play, one is quarantined."""
     from .engine import Game
     from .world import Prefab, World, default_prefabs
 

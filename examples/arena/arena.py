@@ -10,12 +10,13 @@ public API of moonbox.engine and moonbox.world.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
+from importlib import resources
 
 from moonbox.engine import Game
 from moonbox.world import Prefab, World, default_prefabs
 
-MODS_DIR = Path(__file__).parent / "mods"
+# The mods ship with moonbox (moonbox demo plays them too): read them from the package.
+MODS_DIR = resources.files("moonbox.demo_mods").joinpath("arena")
 # Load order matters only for imports at load time: players import the scoreboard.
 MODS = ("scoreboard", "pickups", "players", "enemies", "glitch")
 
@@ -32,8 +33,8 @@ def play(ticks: int = 60, seed: int = 1) -> Game:
     """Load the mods and run ``ticks`` ticks; prints what happens. The caller closes it."""
     game = Game(make_world(), seed=seed)
     for mod_id in MODS:
-        source = (MODS_DIR / f"{mod_id}.lua").read_text()
-        game.load_mod(mod_id, source, chunk=f"@examples/arena/mods/{mod_id}.lua")
+        source = MODS_DIR.joinpath(f"{mod_id}.lua").read_text()
+        game.load_mod(mod_id, source, chunk=f"@arena/{mod_id}.lua")
     for _ in range(ticks):
         report = game.tick()
         for mod_id, line in report.reports:
