@@ -203,6 +203,7 @@ class Game:
         budget: Budget | None = None,
         access: Any = None,
         prepare: Callable[[Sandbox], None] | None = None,
+        replacing: bool = False,
     ) -> Mod:
         """Load a mod: a sandbox of its own, the engine library, then its main chunk.
 
@@ -221,6 +222,8 @@ class Game:
                 main chunk, to run more of the mod's own chunks in its environment (mod
                 packages define their ``require`` this way). A :class:`ScriptError` it
                 raises is a load failure, like the main chunk's.
+            replacing: unload the loaded mod of that id first, and keep its place in the
+                dispatch order (a new version of the same mod).
 
         Raises:
             EngineError: ``invalid_mod_id``, ``duplicate_mod``, ``closed``.
@@ -229,6 +232,10 @@ class Game:
         if not isinstance(mod_id, str) or not _MOD_ID.match(mod_id):
             raise EngineError(f"mod id {mod_id!r}: use 1-64 of a-z 0-9 _ - starting with a "
                               "letter", code="invalid_mod_id")
+        place = None
+        if replacing and mod_id in self._mods:
+            place = list(self._mods).index(mod_id)
+            self.unload_mod(mod_id)
         if mod_id in self._mods:
             raise EngineError(f"a mod {mod_id!r} is loaded already", code="duplicate_mod")
         budget = budget or self.budget
@@ -237,7 +244,12 @@ class Game:
         mod = Mod(mod_id, api, sandbox, budget, chunk or f"@mods/{mod_id}/main.lua")
         mod._generation = sandbox.replacements
         self._mods[mod_id] = mod
-        self._order[mod_id] = len(self._order)
+        if place is not None:  # back at its place in the dispatch order
+            ids = list(self._mods)
+            ids.insert(place, ids.pop())
+            self._mods = {i: self._mods[i] for i in ids}
+        else:
+            self._order[mod_id] = len(self._order)
         self._chain.append(mod_id)
         try:
             keeper = sandbox.start(_RUNTIME, RUNTIME_CHUNK)
@@ -760,6 +772,31 @@ class Game:
         event_ = Event(event, data, mod.id, self._tick)
         self._outbox.append(event_)
         self._report.events.append(event_)
+
+    def set_state(self, mod_id: str, state: dict[str, Any]) -> None:
+        """Replace a mod's key/value state (hot reload carries it to a new version).
+
+        Checked like the mod's own writes: plain data, at most ``max_state_keys`` keys and
+        ``max_state_bytes`` bytes in all; on a refusal nothing changes.
+
+        Raises:
+            EngineError: ``unknown_mod``; ``bad_state`` (not plain data, or over a limit).
+        """
+        mod = self.mod(mod_id)
+        old_state, old_bytes = dict(mod.state), dict(mod.state_bytes)
+        mod.state.clear()
+        mod.state_bytes.clear()
+        try:
+            for key, value in state.items():
+                if not isinstance(key, str):
+                    raise BindingError(f"state key {key!r} is not a string")
+                self._state_set(mod, key, value)
+        except BindingError as exc:
+            mod.state.clear()
+            mod.state.update(old_state)
+            mod.state_bytes.clear()
+            mod.state_bytes.update(old_bytes)
+            raise EngineError(f"mod {mod_id!r}: state refused: {exc}", code="bad_state") from None
 
     def _state_get(self, mod: Mod, key: str) -> Any:
         value = mod.state.get(key)

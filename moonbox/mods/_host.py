@@ -241,18 +241,21 @@ class ModHost:
             return None
         return _plain_copy(mod.state)
 
-    def _load(self, game: Game, package: ModPackage, permissions: Permissions) -> Mod:
+    def _load(self, game: Game, package: ModPackage, permissions: Permissions,
+              *, replacing: bool = False) -> Mod:
         return game.load_mod(package.id, package.entry_source,
                              chunk=package.chunk(package.manifest.entry),
-                             permissions=permissions, prepare=preparer(package))
+                             permissions=permissions, prepare=preparer(package),
+                             replacing=replacing)
 
-    def _carry(self, mod: Mod, old_state: dict[str, Any] | None) -> str | None:
+    def _carry(self, game: Game, mod: Mod, old_state: dict[str, Any] | None) -> str | None:
         """Hand ``old_state`` to the new version: its per-mod state, then ``on_reload``."""
         if old_state is None:
             return None
-        for key, value in old_state.items():
-            mod.state[key] = value
-            mod.state_bytes[key] = len(msgpack.packb(value, use_bin_type=True)) + len(key)
+        try:
+            game.set_state(mod.id, old_state)
+        except MoonboxError as exc:
+            return f"its state could not be carried: {exc}"
         outcome = mod.sandbox.run(_ON_RELOAD, ON_RELOAD_CHUNK, args=(_plain_copy(old_state),),
                                   max_resumes=1)
         if outcome.error is not None:
@@ -287,7 +290,7 @@ class ModHost:
                 failure = mod.quarantine.failure
                 return describe(failure.error, package) if failure else \
                     f"mod {package.id!r}: {mod.quarantine.reason}"
-            problem = self._carry(mod, old_state)
+            problem = self._carry(scratch, mod, old_state)
             if problem is not None:
                 return f"mod {package.id!r}: {problem}"
             report = scratch.tick()
@@ -319,22 +322,23 @@ class ModHost:
         game = self.game
         state = self.mods.get(package.id)
         old_package = state.package if state is not None else None
-        if old_state is not None:
-            game.unload_mod(package.id)
-        mod = self._load(game, package, self.permissions_for(package))
+        mod = self._load(game, package, self.permissions_for(package),
+                         replacing=old_state is not None)
         problem: str | None = None
         if mod.quarantine is not None:
             failure = mod.quarantine.failure
             problem = describe(failure.error, package) if failure else mod.quarantine.reason
         else:
-            carried = self._carry(mod, old_state)
+            carried = self._carry(game, mod, old_state)
             problem = f"mod {package.id!r}: {carried}" if carried else None
         if problem is not None:
             # It ran in the dry run but not here: put the old version back.
-            game.unload_mod(package.id)
             if old_package is not None:
-                back = self._load(game, old_package, self.permissions_for(old_package))
-                self._carry(back, old_state)
+                back = self._load(game, old_package, self.permissions_for(old_package),
+                                  replacing=True)
+                self._carry(game, back, old_state)
+            else:
+                game.unload_mod(package.id)
             return problem
         if state is None:
             state = self.mods[package.id] = ModState(package.id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from click.testing import CliRunner
-from conftest import write_mod
+from mod_folders import write_mod
 
 from moonbox.cli import cli
 from moonbox.engine import Game

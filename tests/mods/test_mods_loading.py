@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import write_mod
+from mod_folders import write_mod
 
 from moonbox.bindings import Permissions
 from moonbox.engine import Game

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import write_mod
+from mod_folders import write_mod
 
 from moonbox.engine import Game
 from moonbox.mods import ModHost
