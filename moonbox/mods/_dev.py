@@ -144,7 +144,8 @@ def render(session: DevSession) -> Group:
 def describe_result(result: ReloadResult) -> str:
     """One line (or a few, for an error) for a load or reload, for a plain terminal."""
     if result.ok:
-        what = "unchanged" if result.unchanged else f"live {result.version_hash[:12]}"
+        what = ("unchanged" if result.unchanged else "removed: unloaded" if result.removed
+                else f"live {result.version_hash[:12]}")
         return f"{result.mod}: {what} ({result.elapsed_s * 1000:.0f} ms)"
     return f"{result.mod}: refused, the previous version (if any) runs on\n  {result.error}"
 

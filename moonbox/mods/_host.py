@@ -79,6 +79,7 @@ class ReloadResult:
         error: why it was refused (mod, file, line and source line), else ``None``.
         elapsed_s: read + dry run + swap, in seconds.
         unchanged: the folder held the live version already; nothing was done.
+        removed: the mod's folder was deleted and the mod unloaded.
     """
 
     mod: str
@@ -87,6 +88,7 @@ class ReloadResult:
     error: str | None = None
     elapsed_s: float = 0.0
     unchanged: bool = False
+    removed: bool = False
 
 
 def describe(error: BaseException, package: ModPackage | None) -> str:
@@ -190,6 +192,8 @@ class ModHost:
         from ._package import read_package
 
         start = time.perf_counter()
+        if not (self.mods_dir / folder).exists():
+            return self._removed(folder, start)
         try:
             package = read_package(self.mods_dir / folder, f"{self.label}/{folder}")
         except ModError as exc:
@@ -366,6 +370,23 @@ class ModHost:
         elapsed = time.perf_counter() - start if start is not None else 0.0
         return self._emit(ReloadResult(mod_id, False, package.version_hash if package else "",
                                        error, elapsed))
+
+    def _removed(self, folder: str, start: float) -> ReloadResult:
+        """The folder of a live mod is gone: unload the mod and drop it from the active
+        list (its recorded versions stay in the store's history)."""
+        for state in list(self.mods.values()):
+            if state.package is not None and state.package.root.name == folder:
+                if state.id in {m.id for m in self.game.mods}:
+                    self.game.unload_mod(state.id)
+                del self.mods[state.id]
+                if self.store is not None:
+                    active = self._active()
+                    mods = [m for m in active.mods if m.id != state.id]
+                    self.store.data.record_success(ACTIVE_KEY, _Active(mods=mods).model_dump(),
+                                                   author=self.author, role="modder")
+                return self._emit(ReloadResult(state.id, True, "", None,
+                                               time.perf_counter() - start, removed=True))
+        return self._emit(ReloadResult(folder, True, unchanged=True))
 
     def _emit(self, result: ReloadResult) -> ReloadResult:
         if self.on_result is not None:

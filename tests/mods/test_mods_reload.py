@@ -146,3 +146,22 @@ def test_restart_restores_the_active_versions(mods_dir, tmp_path):
         assert host.mods["w"].status == "failed_reload"
         history = store.scripts.history("mods/w/main.lua")
         assert history[0].outcome == "failed"
+
+
+def test_a_deleted_mod_folder_unloads_the_mod(mods_dir, tmp_path):
+    import shutil
+
+    folder = write_mod(mods_dir, "w", V1)
+    write_mod(mods_dir, "other", 'every(1, function() report("other") end)')
+    with Store(tmp_path / "versions.db") as store, Game() as game:
+        host = ModHost(game, mods_dir, store=store)
+        host.load_all()
+        shutil.rmtree(folder)
+        result = host.reload_folder("w")
+        assert result.ok and result.removed and result.mod == "w"
+        assert [m.id for m in game.mods] == ["other"] and "w" not in host.mods
+        assert _tick(game, 1) == ["other"]
+        assert [m["id"] for m in store.data.current("mods:active").content["mods"]] == ["other"]
+    with Store(tmp_path / "versions.db") as store, Game() as game:
+        ModHost(game, mods_dir, store=store).load_all()  # a restart does not bring it back
+        assert [m.id for m in game.mods] == ["other"]
