@@ -71,3 +71,29 @@ def test_dev_game_factory_errors_are_usage_errors(mods_dir):
     result = CliRunner().invoke(cli, ["dev", str(mods_dir), "--once", "--no-store",
                                       "--game", "no_such_module_here:make"])
     assert result.exit_code == 2
+
+
+def test_the_live_view_shows_each_mods_status_stats_and_latest_errors(mods_dir):
+    from rich.console import Console
+
+    from moonbox.mods._dev import render
+
+    write_mod(mods_dir, "good", 'every(1, function() report("tick") end)')
+    folder = write_mod(mods_dir, "flaky", 'every(1, function() end)')
+    with Game() as game:
+        host = ModHost(game, mods_dir)
+        session = DevSession(host, tick_s=0.0, watch=False)
+        session.start()
+        session.run(ticks=3)
+        (folder / "main.lua").write_text("every(1, function(")  # a broken save
+        host.reload_folder("flaky")
+        console = Console(record=True, width=140)
+        console.print(render(session))
+        text = console.export_text()
+    assert "moonbox dev" in text and "tick 3" in text
+    rows = {line.split()[1]: line for line in text.splitlines()
+            if line.strip().startswith("│") and len(line.split()) > 3}
+    assert "running" in rows["good"] and "1.0.0" in rows["good"]
+    assert "failed reload" in rows["flaky"]
+    assert "flaky" in text.split("latest errors")[1] and "main.lua:1" in text
+    assert "good: tick" in text
