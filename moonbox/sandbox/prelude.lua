@@ -697,7 +697,12 @@ end
 local NATIVE_PATTERN_OPS = config.native_pattern_ops
 local PATTERN_OPS_PER_STEP = config.pattern_ops_per_step
 local PLAIN_NEEDLE_MAX = 32
-local metered = assert(load(patterns_code, nil, "b"))()(charge)
+-- Built on first use: most mods never need it, and building it costs a sandbox ~1 ms.
+local metered_lib = nil
+local function metered()
+  if metered_lib == nil then metered_lib = assert(load(patterns_code, nil, "b"))()(charge) end
+  return metered_lib
+end
 local s_match, s_gmatch, s_gsub = string.match, string.gmatch, string.gsub
 local guarded_gsub = depth_guarded(s_gsub, "string.gsub")
 
@@ -765,14 +770,14 @@ function wrapped_lib.string.find(s, p, init, plain)
     return s_find(s, p, init, plain)
   end
   local ops = native_cost(s, p)
-  if ops == nil then return metered.find(s, p, init, plain) end
+  if ops == nil then return metered().find(s, p, init, plain) end
   charge_ops(ops)
   return s_find(s, p, init, plain)
 end
 
 function wrapped_lib.string.match(s, p, init)
   local ops = native_cost(s, p)
-  if ops == nil then return metered.match(s, p, init) end
+  if ops == nil then return metered().match(s, p, init) end
   charge_ops(ops)
   return s_match(s, p, init)
 end
@@ -780,7 +785,7 @@ end
 -- Each call of a native gmatch iterator is one more match attempt: charged per call.
 function wrapped_lib.string.gmatch(s, p)
   local ops = native_cost(s, p)
-  if ops == nil then return metered.gmatch(s, p) end
+  if ops == nil then return metered().gmatch(s, p) end
   local step = s_gmatch(s, p)
   return function()
     charge_ops(ops)
@@ -797,7 +802,7 @@ end
 
 function wrapped_lib.string.gsub(s, p, ...)
   local ops = native_cost(s, p)
-  if ops == nil then return gsub_result(metered.gsub(s, p, ...)) end
+  if ops == nil then return gsub_result(metered().gsub(s, p, ...)) end
   charge_ops(ops)
   charge_work(coerced_len(s))
   return gsub_result(guarded_gsub(s, p, ...))
