@@ -6,6 +6,7 @@ import moonbox
 import moonbox.agent
 import moonbox.bindings
 import moonbox.engine
+import moonbox.isolation
 import moonbox.sandbox
 import moonbox.store
 import moonbox.world
@@ -79,6 +80,16 @@ def test_world_and_engine_names():
             assert hasattr(module, name)
     assert issubclass(moonbox.world.WorldError, moonbox.MoonboxError)
     assert issubclass(moonbox.engine.EngineError, moonbox.MoonboxError)
+
+
+def test_isolation_names():
+    assert moonbox.isolation.__all__ == [
+        "DEFAULT_MEMORY_LIMIT_BYTES", "DEFAULT_WALL_MARGIN_S", "IsolatedChunk", "IsolatedRun",
+        "IsolatedSandbox", "WorkerCrashed", "WorkerPool", "WorkerStats",
+    ]
+    for name in moonbox.isolation.__all__:
+        assert hasattr(moonbox.isolation, name)
+    assert issubclass(moonbox.isolation.WorkerCrashed, moonbox.ScriptError)
 
 
 def test_one_exception_tree():

@@ -17,6 +17,7 @@ from .._errors import (
     BudgetExceeded,
     ConfigError,
     HostError,
+    MoonboxError,
     SandboxClosed,
     ScriptError,
 )
@@ -342,6 +343,11 @@ class IsolatedSandbox:
     def _replace_worker(self) -> None:
         log.warning("%s: worker lost; a fresh worker takes over", self.mod_id)
         self._worker.respawn()
+        try:
+            self._ensure()  # this mod at once; the others of a pool's worker on their next call
+        except (WorkerLost, MoonboxError) as exc:
+            log.warning("%s: restoring the mod failed (%s); retried on the next call",
+                        self.mod_id, exc)
 
     def close(self) -> None:
         """Drop the mod from its worker (and stop the worker if it is the mod's own).
