@@ -18,7 +18,7 @@ from typing import Any, Literal
 import psutil
 
 from .._errors import HostError, ScriptError
-from ._protocol import EXIT_OUT_OF_MEMORY, FrameError, read_exact, unpack, write_frame
+from ._protocol import EXIT_OUT_OF_MEMORY, FrameError, FrameReader, write_frame
 from ._worker import TEST_HOOKS_ENV
 
 __all__ = ["LossCause", "WorkerCrashed", "WorkerLost", "WorkerProcess", "WorkerStats"]
@@ -179,6 +179,7 @@ class WorkerProcess:
         self._proc = proc
         self._write_fd = to_worker_w
         self._read_fd = from_worker_r
+        self._reader = FrameReader(from_worker_r)
         self._poll = select.poll()
         self._poll.register(from_worker_r, select.POLLIN | select.POLLHUP | select.POLLERR)
         self._killed_for: LossCause | None = None
@@ -240,18 +241,15 @@ class WorkerProcess:
         Raises:
             WorkerLost: the worker died, or did not answer in time (it is killed then).
         """
-        fd = self._read_fd
-        if deadline is not None:
+        reader = self._reader
+        if deadline is not None and not reader.pending():
             left = deadline - time.monotonic()
             if left <= 0 or not self._poll.poll(int(left * 1000) + 1):
                 raise self._lost("time")
         try:
-            header = read_exact(fd, 4)
-            size = int.from_bytes(header, "little")
-            body = read_exact(fd, size)
+            return reader.read()
         except (FrameError, OSError):
             raise self._lost("crashed") from None
-        return unpack(body)
 
     def request(self, value: Any, deadline: float | None,
                 serve: Callable[[list[Any]], list[Any]] | None = None,

@@ -24,9 +24,8 @@ __all__ = [
     "decode_outcome",
     "encode_error",
     "encode_outcome",
+    "FrameReader",
     "pack",
-    "read_frame",
-    "unpack",
     "write_frame",
 ]
 
@@ -48,10 +47,6 @@ def pack(value: Any) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
-def unpack(body: bytes) -> Any:
-    return msgpack.unpackb(body, raw=False, strict_map_key=False, use_list=True)
-
-
 def write_frame(fd: int, value: Any) -> None:
     """Write one frame, whole.
 
@@ -59,41 +54,60 @@ def write_frame(fd: int, value: Any) -> None:
         FrameError: the reader is gone.
         TypeError: the value is not plain data msgpack can carry.
     """
-    data = memoryview(pack(value))
+    data = pack(value)
     try:
-        while data:
-            data = data[os.write(fd, data):]
+        written = os.write(fd, data)
+        if written < len(data):
+            view = memoryview(data)[written:]
+            while view:
+                view = view[os.write(fd, view):]
     except (BrokenPipeError, OSError) as exc:
         raise FrameError(f"the pipe closed: {exc}") from None
 
 
-def read_exact(fd: int, size: int) -> bytes:
-    """Read exactly ``size`` bytes (blocking). Raises :class:`FrameError` at end of file."""
-    chunk = os.read(fd, size)
-    if len(chunk) == size:
-        return chunk
-    parts = [chunk]
-    got = len(chunk)
-    while got < size:
-        if not chunk:
-            raise FrameError("the pipe closed")
-        chunk = os.read(fd, size - got)
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
+class FrameReader:
+    """Reads frames from one pipe, a large read at a time: a frame usually arrives whole in
+    one system call, and bytes past it wait in the buffer for the next frame."""
+
+    __slots__ = ("fd", "_buffer")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._buffer = b""
+
+    def pending(self) -> bool:
+        """A whole frame is already buffered (no need to wait for the pipe)."""
+        buf = self._buffer
+        return len(buf) >= 4 and len(buf) - 4 >= _HEADER.unpack_from(buf)[0]
+
+    def read(self) -> Any:
+        """The next frame (blocking). Raises :class:`FrameError` at end of file."""
+        buf = self._buffer
+        fd = self.fd
+        while len(buf) < 4:
+            chunk = os.read(fd, _READ_BYTES)
+            if not chunk:
+                raise FrameError("the pipe closed")
+            buf += chunk
+        (size,) = _HEADER.unpack_from(buf)
+        if size > MAX_FRAME_BYTES:
+            raise FrameError(f"a frame of {size} bytes is past the limit")
+        end = 4 + size
+        if len(buf) < end:
+            parts = [buf]
+            got = len(buf)
+            while got < end:
+                chunk = os.read(fd, max(_READ_BYTES, end - got))
+                if not chunk:
+                    raise FrameError("the pipe closed")
+                parts.append(chunk)
+                got += len(chunk)
+            buf = b"".join(parts)
+        self._buffer = buf[end:]
+        return msgpack.unpackb(buf[4:end], raw=False, strict_map_key=False)
 
 
-def read_frame(fd: int) -> Any:
-    """Read one frame (blocking). Raises :class:`FrameError` at end of file."""
-    header = os.read(fd, 4)
-    if len(header) != 4:
-        if not header:
-            raise FrameError("the pipe closed")
-        header += read_exact(fd, 4 - len(header))
-    (size,) = _HEADER.unpack(header)
-    if size > MAX_FRAME_BYTES:
-        raise FrameError(f"a frame of {size} bytes is past the limit")
-    return unpack(read_exact(fd, size))
+_READ_BYTES = 1 << 16
 
 
 def encode_error(error: ScriptError | None) -> dict[str, Any] | None:

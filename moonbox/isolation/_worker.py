@@ -91,14 +91,19 @@ _HELD: list[bytearray] = []
 
 class _Worker:
     def __init__(self, read_fd: int, write_fd: int) -> None:
+        from .._errors import BindingError, MoonboxError, ScriptError
         from ..sandbox import Budget, Sandbox, ValueLimits
         from . import _protocol
+
+        self._BindingError = BindingError
+        self._MoonboxError = MoonboxError
+        self._ScriptError = ScriptError
 
         self._Budget = Budget
         self._Sandbox = Sandbox
         self._ValueLimits = ValueLimits
         self.p = _protocol
-        self.read_fd = read_fd
+        self.reader = _protocol.FrameReader(read_fd)
         self.write_fd = write_fd
         self.sandboxes: dict[int, Any] = {}
         self.chunks: dict[tuple[int, int], Any] = {}
@@ -124,34 +129,30 @@ class _Worker:
         self.p.write_frame(self.write_fd, ["ready", os.getpid()])
         while True:
             try:
-                request = self.p.read_frame(self.read_fd)
+                request = self.reader.read()
             except self.p.FrameError:
                 return
             self.p.write_frame(self.write_fd, self.handle(request))
 
     def handle(self, request: list[Any]) -> list[Any]:
-        from .._errors import MoonboxError, ScriptError
-
         try:
             return self.ops[request[0]](*request[1:])
         except MemoryError:
             os._exit(self.p.EXIT_OUT_OF_MEMORY)
-        except ScriptError as exc:
+        except self._ScriptError as exc:
             return ["script", self.p.encode_error(exc)]
-        except MoonboxError as exc:
+        except self._MoonboxError as exc:
             return ["fail", type(exc).__name__, str(exc)]
 
     def call_host(self, name: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        from .._errors import BindingError
-
         self.p.write_frame(self.write_fd, ["call", name, list(args)])
         while True:
-            reply = self.p.read_frame(self.read_fd)
+            reply = self.reader.read()
             kind = reply[0]
             if kind == "ret":
                 return tuple(reply[1])
             if kind == "err":
-                raise BindingError(reply[1], reason=reply[2])
+                raise self._BindingError(reply[1], reason=reply[2])
             # A host function serving this call ran another mod of this worker.
             self.p.write_frame(self.write_fd, self.handle(reply))
 
