@@ -24,7 +24,8 @@ __all__ = [
     "ScriptError",
 ]
 
-ErrorKind = Literal["syntax", "runtime", "budget", "denied"]
+# "crashed": the worker process running the mod died (moonbox.isolation).
+ErrorKind = Literal["syntax", "runtime", "budget", "denied", "crashed"]
 BudgetKind = Literal["steps", "memory", "time"]
 
 

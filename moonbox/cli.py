@@ -86,12 +86,19 @@ def cli() -> None:
               help="Start from this world snapshot instead of an empty scratch world.")
 @click.option("--save-world", "save_file", type=click.Path(path_type=Path, dir_okay=False),
               help="Write the resulting world snapshot (msgpack) to this file.")
+@click.option("--isolate", is_flag=True,
+              help="Run each file in a worker process with an OS memory limit and a kill "
+                   "on wall overrun; bindings still run here.")
 def run(files: tuple[Path, ...], steps: int, memory: int, time_s: float, heap: int,
-        no_jit: bool, as_json: bool, world_file: Path | None, save_file: Path | None) -> None:
+        no_jit: bool, as_json: bool, world_file: Path | None, save_file: Path | None,
+        isolate: bool) -> None:
     """Run each FILE as its own mod, in order, in one host process.
 
     Scripts get the coreai_world_* bindings over one world; each file's commands are
     applied after its run, so later files see them.
+
+    With --isolate, a worker that crashes, overruns its wall budget or passes its memory
+    limit is killed and the file ends as an error (kind ``crashed``) or a budget trip.
 
     Exit status: 0 if every file is ok, 3 if any tripped a budget (and none had another
     error), 1 if any had a script error, 2 for usage or host errors.
@@ -106,7 +113,8 @@ def run(files: tuple[Path, ...], steps: int, memory: int, time_s: float, heap: i
     worst = EXIT_OK
     try:
         for path in files:
-            code = _run_file(path, budget, not no_jit, as_json, console, world, registry)
+            code = _run_file(path, budget, not no_jit, as_json, console, world, registry,
+                             isolate)
             worst = _combine(worst, code)
     finally:
         registry.close()
@@ -121,7 +129,7 @@ def _combine(worst: int, code: int) -> int:
 
 
 def _run_file(path: Path, budget: Budget, jit: bool, as_json: bool, console: Console,
-              world: World, registry: Registry) -> int:
+              world: World, registry: Registry, isolate: bool = False) -> int:
     chunk = "@" + path.as_posix()
     try:
         source = path.read_bytes()
@@ -129,8 +137,16 @@ def _run_file(path: Path, budget: Budget, jit: bool, as_json: bool, console: Con
         return _host_failure(path, f"cannot read {path}: {exc.strerror or exc}", as_json, console)
     mod_id = str(path)
     try:
-        with registry.mod(mod_id, mod_permissions()) as api, api.sandbox(budget, jit=jit) as sb:
-            outcome = sb.run(source, chunk)
+        with registry.mod(mod_id, mod_permissions()) as api:
+            if isolate:
+                from .isolation import IsolatedSandbox
+
+                with IsolatedSandbox(budget, jit=jit, host_functions=api.host_functions,
+                                     state_global=None, mod_id=mod_id) as isolated:
+                    outcome = isolated.run(source, chunk)
+            else:
+                with api.sandbox(budget, jit=jit) as sb:
+                    outcome = sb.run(source, chunk)
     except MoonboxError as exc:
         world.rollback(mod_id)
         world.apply()  # nothing of a file that could not run stays queued

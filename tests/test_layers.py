@@ -17,6 +17,7 @@ ALLOWED = {
     "store": set(),
     "mods": {"sandbox", "bindings", "world", "engine", "store"},
     "agent": {"sandbox", "bindings", "world", "engine", "store"},
+    "isolation": {"sandbox", "bindings"},
 }
 # Single modules that sit on top of their layer. The store's mod API is the store seen
 # through the bindings; the rest of the store stands alone.

@@ -6,6 +6,7 @@ import moonbox
 import moonbox.agent
 import moonbox.bindings
 import moonbox.engine
+import moonbox.isolation
 import moonbox.mods
 import moonbox.sandbox
 import moonbox.store
@@ -92,6 +93,16 @@ def test_mods_names():
     for name in moonbox.mods.__all__:
         assert hasattr(moonbox.mods, name)
     assert issubclass(moonbox.mods.ModError, moonbox.MoonboxError)
+
+
+def test_isolation_names():
+    assert moonbox.isolation.__all__ == [
+        "DEFAULT_MEMORY_LIMIT_BYTES", "DEFAULT_WALL_MARGIN_S", "IsolatedChunk", "IsolatedRun",
+        "IsolatedSandbox", "WorkerCrashed", "WorkerPool", "WorkerStats",
+    ]
+    for name in moonbox.isolation.__all__:
+        assert hasattr(moonbox.isolation, name)
+    assert issubclass(moonbox.isolation.WorkerCrashed, moonbox.ScriptError)
 
 
 def test_one_exception_tree():

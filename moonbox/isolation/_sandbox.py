@@ -1,0 +1,534 @@
+"""A sandbox whose runtime lives in a worker process: the same calls as :class:`Sandbox`."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import re
+import secrets
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from .._errors import (
+    BindingError,
+    BudgetExceeded,
+    ConfigError,
+    HostError,
+    MoonboxError,
+    SandboxClosed,
+    ScriptError,
+)
+from ..sandbox import Budget, HostCall, HostFunction, Outcome, Stats, Status, ValueLimits
+from ._process import WorkerCrashed, WorkerLost, WorkerProcess, WorkerStats
+from ._protocol import decode_error, decode_outcome
+
+if TYPE_CHECKING:
+    from ._pool import WorkerPool
+
+__all__ = [
+    "DEFAULT_MEMORY_LIMIT_BYTES",
+    "DEFAULT_WALL_MARGIN_S",
+    "IsolatedChunk",
+    "IsolatedRun",
+    "IsolatedSandbox",
+]
+
+log = logging.getLogger("moonbox.isolation")
+
+# A worker's address space: the interpreter, moonbox and its libraries take ~150 MiB of it
+# before any mod is loaded (measured on Linux x86-64).
+DEFAULT_MEMORY_LIMIT_BYTES = 1 << 30
+# How late past its wall budget a resume may end before the host kills the worker. The
+# sandbox stops the mod itself within its wall budget plus a few milliseconds; the margin is
+# for what it cannot stop (a C call, a VM bug) and for a loaded machine.
+DEFAULT_WALL_MARGIN_S = 1.0
+# Requests that run no mod code (create, load, restore) answer within this.
+OPERATION_TIMEOUT_S = 30.0
+
+_HOST_BUG = "the host failed to handle this call (a host bug, logged)"
+_FINISHED = frozenset({"done", "error", "budget"})
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LUA_KEYWORDS = frozenset(
+    "and break do else elseif end false for function goto if in local nil not or repeat "
+    "return then true until while".split()
+)
+_MAX_REPORTS = 1000
+_MAX_REPORT_CHARS = 4096
+_ids = itertools.count(1)
+_FAILS = {"ConfigError": ConfigError, "SandboxClosed": SandboxClosed}
+
+
+@dataclass(frozen=True, slots=True)
+class IsolatedChunk:
+    """Mod source compiled in the worker, by id; compiled again in a fresh worker."""
+
+    name: str
+    checks: int
+    _id: int = field(repr=False)
+    _sandbox_id: int = field(repr=False)
+
+
+class _Reports:
+    """Where host functions put ``report()`` lines while the host serves a call."""
+
+    __slots__ = ("reports", "reports_dropped")
+
+    def __init__(self) -> None:
+        self.reports: list[str] = []
+        self.reports_dropped = 0
+
+    def _add_report(self, text: str) -> None:
+        if len(self.reports) >= _MAX_REPORTS:
+            self.reports_dropped += 1
+            return
+        if len(text) > _MAX_REPORT_CHARS:
+            text = text[: _MAX_REPORT_CHARS - 3] + "..."
+        self.reports.append(text)
+
+
+class IsolatedRun(_Reports):
+    """A chunk running in a coroutine in the worker; each :meth:`resume` gets a fresh budget.
+
+    Create with :meth:`IsolatedSandbox.start`. A run does not survive the loss of its worker:
+    after one, :meth:`resume` raises :class:`SandboxClosed` (the mod's state, not its
+    coroutines, is what a snapshot restores).
+    """
+
+    __slots__ = ("sandbox", "chunk", "status", "resumes", "_id", "_generation", "_steps",
+                 "_peak", "_wall_s")
+
+    def __init__(self, sandbox: IsolatedSandbox, chunk: IsolatedChunk, run_id: int,
+                 generation: int) -> None:
+        super().__init__()
+        self.sandbox = sandbox
+        self.chunk = chunk
+        self.status: Status | Literal["new"] = "new"
+        self.resumes = 0
+        self._id = run_id
+        self._generation = generation
+        self._steps = 0
+        self._peak = 0
+        self._wall_s = 0.0
+
+    @property
+    def finished(self) -> bool:
+        return self.status in _FINISHED
+
+    @property
+    def stats(self) -> Stats:
+        return Stats(self._steps, self._peak, self._wall_s)
+
+    def resume(self, *args: Any, budget: Budget | None = None) -> Outcome:
+        """Resume the run with a fresh budget (the sandbox's unless one is given).
+
+        Raises:
+            SandboxClosed: the run is finished or closed, its sandbox closed, or the worker
+                that held it was lost.
+        """
+        sb = self.sandbox
+        if self.finished or self.status == "closed":
+            raise SandboxClosed(f"the run of {self.chunk.name} is finished ({self.status})")
+        sb._check_open()
+        if sb._worker.generation != self._generation or sb._generation != self._generation:
+            self.status = "error"
+            raise SandboxClosed(f"the run of {self.chunk.name} was lost with its worker; "
+                                "start it again")
+        first = len(self.reports)
+        frame = ["resume", sb._id, self._id, list(args), sb._budget_frame(budget)]
+        outcome = sb._exchange(frame, budget or sb.budget, self.chunk.name, self, first)
+        self.resumes += 1
+        s = outcome.stats
+        self._steps += s.steps
+        self._peak = max(self._peak, s.memory_peak_bytes)
+        self._wall_s += s.wall_s
+        self.status = outcome.status
+        return outcome
+
+    def finish(self, *args: Any, max_resumes: int = 1000, budget: Budget | None = None) -> Outcome:
+        """Resume until the chunk returns, fails or trips (see :meth:`Run.finish`)."""
+        first = len(self.reports)
+        outcome = self.resume(*args, budget=budget)
+        count = 1
+        while outcome.status in ("yielded", "preempted"):
+            if count >= max_resumes:
+                self.close()
+                err = ScriptError(f"still yielding after {max_resumes} resumes; finish "
+                                  "within fewer", chunk=self.chunk.name)
+                outcome = Outcome("error", (), err)
+                break
+            outcome = self.resume(budget=budget)
+            count += 1
+        return Outcome(outcome.status, outcome.values, outcome.error,
+                       tuple(self.reports[first:]), self.stats)
+
+    def close(self) -> None:
+        """Drop the run's coroutine in the worker. Idempotent."""
+        if not self.finished:
+            self.status = "error"
+            sb = self.sandbox
+            if not sb._closed and sb._generation == self._generation == sb._worker.generation:
+                try:
+                    sb._operation(["close_run", sb._id, self._id])
+                except (HostError, SandboxClosed):
+                    pass
+
+
+class IsolatedSandbox:
+    """A sandbox in a worker process: what no in-VM check can stop ends with the worker.
+
+    It takes the options of :class:`moonbox.sandbox.Sandbox` and answers the same calls
+    (:meth:`load`, :meth:`start`, :meth:`run`, runs with :meth:`IsolatedRun.resume` and
+    :meth:`IsolatedRun.finish`). Host functions run in the host: the worker's sandbox holds
+    proxies that send each call here, where it is validated and served.
+
+    A worker that overruns the wall budget by more than ``wall_margin_s``, passes its memory
+    limit, crashes or stops answering is killed; the call returns ``budget`` (kind ``time``
+    or ``memory``) or ``error`` with a :class:`WorkerCrashed`, and a fresh worker takes over
+    with the mod's snapshot: its loaded chunks, compiled again, and the last state copied out
+    of the global named by ``state_global`` after an ok resume (see docs/isolation.md).
+
+    Args:
+        budget, jit, preempt, host_functions, value_limits, seed, deterministic: as for
+            :class:`~moonbox.sandbox.Sandbox`. A seed is picked here when none is given, so
+            a fresh worker replays the same random numbers.
+        memory_limit_bytes: the worker's OS address-space limit (0: none). Shared by all
+            mods of a pool's worker; the pool's own setting wins there.
+        wall_margin_s: how far past a resume's wall budget the worker may run before the
+            host kills it.
+        state_global: the global holding the mod's state (plain data), snapshotted after
+            every ok resume and restored into a fresh worker; ``None``: no state is kept.
+        pool: run in this pool's worker for ``mod_id`` instead of a worker of its own.
+        mod_id: the mod's id in the pool (and in statistics).
+
+    Raises:
+        ConfigError: an option that cannot be enforced (as :class:`Sandbox`, or a bad
+            ``state_global``).
+        HostError: the worker could not start.
+    """
+
+    def __init__(
+        self,
+        budget: Budget | None = None,
+        *,
+        jit: bool = True,
+        preempt: bool = False,
+        host_functions: Iterable[HostFunction] = (),
+        value_limits: ValueLimits | None = None,
+        seed: int | None = None,
+        deterministic: bool = False,
+        memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES,
+        wall_margin_s: float = DEFAULT_WALL_MARGIN_S,
+        state_global: str | None = "state",
+        pool: WorkerPool | None = None,
+        mod_id: str | None = None,
+        _test_hooks: bool = False,
+    ) -> None:
+        self.budget = budget or Budget()
+        self.jit = jit
+        self.preempt = preempt
+        self.value_limits = value_limits or ValueLimits()
+        self.seed = secrets.randbelow(2**31) if seed is None else seed
+        self.deterministic = deterministic
+        if not (isinstance(wall_margin_s, (int, float)) and math.isfinite(wall_margin_s)
+                and wall_margin_s >= 0):
+            raise ConfigError("wall_margin_s must be a finite number of seconds, 0 or more")
+        if memory_limit_bytes < 0:
+            raise ConfigError("memory_limit_bytes cannot be negative")
+        if state_global is not None and (not _NAME.match(state_global)
+                                         or state_global in _LUA_KEYWORDS
+                                         or state_global.startswith("__mb")):
+            raise ConfigError(f"state_global {state_global!r} is not a Lua global name")
+        self.wall_margin_s = float(wall_margin_s)
+        self.state_global = state_global
+        self.mod_id = mod_id or f"sandbox-{id(self):x}"
+        self._functions: dict[str, HostFunction] = {}
+        for hf in host_functions:
+            if hf.name in self._functions:
+                raise ConfigError(f"two host functions are named {hf.name!r}")
+            if getattr(hf, "accepts_functions", False):
+                log.info("%s: functions cannot cross a process boundary; %r gets none",
+                         self.mod_id, hf.name)
+            self._functions[hf.name] = hf
+        self._id = next(_ids)
+        self._chunks: dict[int, tuple[str | bytes, str, int]] = {}
+        self._chunk_ids = itertools.count(1)
+        self._run_ids = itertools.count(1)
+        self._snapshot: tuple[Any, ...] = ()  # () none yet, else (value,)
+        self._closed = False
+        self.restores = 0
+        self._pool = pool
+        # What HostCall reads of a sandbox (moonbox.sandbox.HostCall): the time left is the
+        # resume's as the host sees it; excluded time cannot extend a worker's own clock.
+        self._running: Any = None
+        self._deadline = math.inf
+        self._start = 0.0
+        self._clock = time.monotonic
+        self._excluded_for: Any = None
+        self._excluded_start = 0.0
+        self._excluded_s = 0.0
+        self._h_extend = None
+        self._call = HostCall(self, None, "")  # type: ignore[arg-type]
+        self._generation = 0
+        if pool is not None:
+            self._worker = pool._pin(self.mod_id)
+        else:
+            self._worker = WorkerProcess(memory_limit_bytes=memory_limit_bytes,
+                                         test_hooks=_test_hooks)
+            self._worker.mods.append(self.mod_id)
+        self.memory_limit_bytes = self._worker.memory_limit_bytes
+        try:
+            self._ensure()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "budget": self.budget.model_dump(),
+            "jit": self.jit,
+            "preempt": self.preempt,
+            "functions": [[hf.name, hf.cost] for hf in self._functions.values()],
+            "value_limits": self.value_limits.model_dump(),
+            "seed": self.seed,
+            "deterministic": self.deterministic,
+            "state_global": self.state_global,
+        }
+
+    def _ensure(self) -> None:
+        """Make sure the current worker holds this mod: create it, compile its chunks again
+        and restore its state snapshot when the worker is new."""
+        worker = self._worker
+        if self._generation == worker.generation:
+            return
+        if self._generation:
+            self.restores += 1
+        deadline = time.monotonic() + OPERATION_TIMEOUT_S
+        self._check(worker.request(["new", self._id, self._config()], deadline))
+        for cid, (source, name, _checks) in self._chunks.items():
+            self._check(worker.request(["load", self._id, cid, source, name], deadline))
+        if self._snapshot:
+            self._check(worker.request(["restore", self._id, self._snapshot[0]], deadline))
+        self._generation = worker.generation
+
+    @staticmethod
+    def _check(reply: list[Any]) -> list[Any]:
+        kind = reply[0]
+        if kind == "script":
+            raise decode_error(reply[1])  # type: ignore[misc]
+        if kind == "fail":
+            raise _FAILS.get(reply[1], HostError)(reply[2])
+        return reply
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxClosed("the sandbox is closed")
+
+    def _operation(self, frame: list[Any]) -> list[Any]:
+        """A request that runs no mod code; a lost worker is replaced and the loss raised."""
+        self._check_open()
+        with self._worker.lock:
+            try:
+                self._ensure()
+                return self._check(self._worker.request(
+                    frame, time.monotonic() + OPERATION_TIMEOUT_S, self._serve))
+            except WorkerLost as lost:
+                self._replace_worker()
+                raise HostError(f"{self.mod_id}: {lost.detail}") from None
+
+    def _replace_worker(self) -> None:
+        log.warning("%s: worker lost; a fresh worker takes over", self.mod_id)
+        self._worker.respawn()
+        try:
+            self._ensure()  # this mod at once; the others of a pool's worker on their next call
+        except (WorkerLost, MoonboxError) as exc:
+            log.warning("%s: restoring the mod failed (%s); retried on the next call",
+                        self.mod_id, exc)
+
+    def close(self) -> None:
+        """Drop the mod from its worker (and stop the worker if it is the mod's own).
+        Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        worker = getattr(self, "_worker", None)
+        if worker is None:
+            return
+        if self._pool is not None:
+            self._pool._unpin(self.mod_id)
+            if worker.alive and self._generation == worker.generation:
+                try:
+                    with worker.lock:
+                        worker.request(["drop", self._id],
+                                       time.monotonic() + OPERATION_TIMEOUT_S)
+                except WorkerLost:
+                    worker.respawn()
+        else:
+            worker.close()
+
+    def __enter__(self) -> IsolatedSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def state_snapshot(self) -> Any:
+        """The last snapshot of the mod's state (``None`` before the first)."""
+        return self._snapshot[0] if self._snapshot else None
+
+    def worker_stats(self) -> WorkerStats:
+        """Memory and CPU of the worker running this mod (shared with the mods pinned to it)."""
+        return self._worker.stats()
+
+    @property
+    def pid(self) -> int | None:
+        """The process id of the worker running this mod now."""
+        return self._worker.pid
+
+    # -- loading and running -------------------------------------------------------------
+
+    def load(self, source: str | bytes, chunk: str = "=(mod)") -> IsolatedChunk:
+        """Compile source text in the worker (see :meth:`Sandbox.load`). The chunk becomes
+        part of the mod's snapshot: a fresh worker compiles it again.
+
+        Raises:
+            ScriptError: kind ``syntax``.
+            ConfigError: a bad chunk name.
+        """
+        cid = next(self._chunk_ids)
+        reply = self._operation(["load", self._id, cid, source, chunk])
+        self._chunks[cid] = (source, chunk, int(reply[1]))
+        return IsolatedChunk(chunk, int(reply[1]), cid, self._id)
+
+    def unload(self, chunk: IsolatedChunk) -> None:
+        """Forget a chunk: it is no longer part of the snapshot."""
+        if self._chunks.pop(chunk._id, None) is not None and not self._closed:
+            self._operation(["unload", self._id, chunk._id])
+
+    def _own(self, chunk: IsolatedChunk) -> None:
+        if chunk._sandbox_id != self._id or chunk._id not in self._chunks:
+            raise ConfigError(f"{chunk.name} was not loaded by this sandbox (or was unloaded)")
+
+    def start(self, source: str | bytes | IsolatedChunk, chunk: str = "=(mod)") -> IsolatedRun:
+        """Compile (unless given a chunk) and create a run; nothing runs yet.
+
+        Raises:
+            ScriptError: kind ``syntax``.
+        """
+        compiled = source if isinstance(source, IsolatedChunk) else self.load(source, chunk)
+        self._own(compiled)
+        rid = next(self._run_ids)
+        self._operation(["start", self._id, rid, compiled._id])
+        return IsolatedRun(self, compiled, rid, self._generation)
+
+    def run(
+        self,
+        source: str | bytes | IsolatedChunk,
+        chunk: str = "=(mod)",
+        *,
+        args: Sequence[Any] = (),
+        max_resumes: int = 1000,
+        budget: Budget | None = None,
+    ) -> Outcome:
+        """Compile and run a chunk to its end, in one request to the worker.
+
+        Script faults, syntax errors and the loss of the worker come back in the outcome.
+        """
+        if isinstance(source, IsolatedChunk):
+            self._own(source)
+            frame = ["run", self._id, source._id, None, source.name, list(args), max_resumes,
+                     self._budget_frame(budget)]
+            name = source.name
+        else:
+            frame = ["run", self._id, None, source, chunk, list(args), max_resumes,
+                     self._budget_frame(budget)]
+            name = chunk
+        reports = _Reports()
+        return self._exchange(frame, budget or self.budget, name, reports, 0)
+
+    def _budget_frame(self, budget: Budget | None) -> dict[str, Any] | None:
+        return None if budget is None or budget == self.budget else budget.model_dump()
+
+    def _exchange(self, frame: list[Any], budget: Budget, name: str, run: _Reports,
+                  first_report: int) -> Outcome:
+        """Send a request that runs mod code, under the watchdog; an outcome either way."""
+        self._check_open()
+        worker = self._worker
+        window = budget.wall_s + self.wall_margin_s
+        with worker.lock:
+            start = time.monotonic()
+            self._running, self._start, self._deadline = run, start, start + budget.wall_s
+
+            def extend() -> float:
+                now = time.monotonic()
+                self._start, self._deadline = now, now + budget.wall_s
+                return now + window
+
+            try:
+                self._ensure()
+                reply = worker.request(frame, start + window, self._serve, extend)
+            except WorkerLost as lost:
+                wall_s = time.monotonic() - start
+                self._replace_worker()
+                if isinstance(run, IsolatedRun):
+                    run._generation = -1
+                return self._lost_outcome(lost, budget, name, run, first_report, wall_s)
+            finally:
+                self._running, self._deadline = None, math.inf
+        reports = tuple(run.reports[first_report:])
+        if reply[0] == "script":
+            return Outcome("error", (), decode_error(reply[1]), reports)
+        self._check(reply)
+        outcome = decode_outcome(reply[1], reports)
+        snapshot = reply[2]
+        if snapshot[0]:
+            self._snapshot = (snapshot[1],)
+        elif len(snapshot) > 1:
+            log.warning("%s: %s", self.mod_id, snapshot[1])
+        return outcome
+
+    def _lost_outcome(self, lost: WorkerLost, budget: Budget, name: str, run: _Reports,
+                      first_report: int, wall_s: float) -> Outcome:
+        reports = tuple(run.reports[first_report:])
+        stats = Stats(0, 0, wall_s)
+        error: ScriptError
+        if lost.cause == "time":
+            error = BudgetExceeded("time", budget.wall_s, wall_s, chunk=name)
+            status: Status = "budget"
+        elif lost.cause == "memory":
+            error = BudgetExceeded("memory", self.memory_limit_bytes, self.memory_limit_bytes,
+                                   chunk=name)
+            status = "budget"
+        else:
+            error = WorkerCrashed(
+                f"{lost.detail}; the mod's state was restored from its last snapshot in a "
+                "fresh worker", chunk=name, signal=lost.signal, exit_code=lost.exit_code)
+            status = "error"
+        log.warning("%s: %s", self.mod_id, lost.detail)
+        return Outcome(status, (), error, reports, stats)
+
+    # -- host functions ------------------------------------------------------------------
+
+    def _serve(self, frame: list[Any]) -> list[Any]:
+        """Run one host function for the worker: validated and served here, in the host."""
+        name, args = frame[1], frame[2]
+        hf = self._functions.get(name)
+        if hf is None:
+            return ["err", "no such host function", "failed"]
+        call = self._call
+        call.run = self._running
+        call.name = name
+        call.mod = None
+        try:
+            result = hf(call, tuple(args))
+        except BindingError as exc:
+            return ["err", str(exc), exc.reason]
+        except Exception:
+            log.exception("host function %r failed", name)
+            return ["err", _HOST_BUG, "failed"]
+        return ["ret", list(result) if result else []]
