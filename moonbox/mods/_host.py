@@ -39,6 +39,7 @@ class _ActiveMod(BaseModel):
     version: str
     hash: str
     files: dict[str, int]
+    folder: str | None = None  # its folder's name; records made before it lack it
 
 
 class _Active(BaseModel):
@@ -206,12 +207,20 @@ class ModHost:
 
     def apply(self, package: ModPackage, *, start: float | None = None) -> ReloadResult:
         """Load ``package``, or swap it in for the live version of its mod, if its dry run
-        succeeds. A failure leaves the live version running."""
+        succeeds. A failure leaves the live version running.
+
+        A package whose id is live from another folder (that still exists) is refused with
+        a ``duplicate_mod`` error: a folder cannot take over another mod or its state.
+        """
         start = time.perf_counter() if start is None else start
         state = self.mods.get(package.id)
         if state is not None and state.package is not None \
+                and state.package.root != package.root and state.package.root.is_dir():
+            return self._taken(package, state.package, start)
+        if state is not None and state.package is not None \
                 and state.package.version_hash == package.version_hash \
                 and state.status != "failed":
+            state.package = package  # the same version; where it lives now
             if state.status == "failed_reload":
                 state.status = self._status_of(state.id)
                 state.pending = None
@@ -371,6 +380,21 @@ class ModHost:
         return self._emit(ReloadResult(mod_id, False, package.version_hash if package else "",
                                        error, elapsed))
 
+    def _taken(self, package: ModPackage, live: ModPackage, start: float) -> ReloadResult:
+        """``package`` claims the id of a mod live from another folder: refuse it. The live
+        mod is untouched; the error goes to the mod the folder held, if any."""
+        error = str(ModError(f"mod id {package.id!r} is taken already by {live.label}; "
+                             "give this mod an id of its own", code="duplicate_mod",
+                             mod=package.id, file=f"{package.label}/{MANIFEST_NAME}",
+                             field="id"))
+        for state in self.mods.values():
+            if state.package is not None and state.package.root == package.root:
+                return self._refused(state.id, error, None, start)
+        self.errors.append(error)
+        del self.errors[:-50]
+        return self._emit(ReloadResult(package.root.name, False, package.version_hash, error,
+                                       time.perf_counter() - start))
+
     def _removed(self, folder: str, start: float) -> ReloadResult:
         """The folder of a live mod is gone: unload the mod and drop it from the active
         list (its recorded versions stay in the store's history)."""
@@ -432,7 +456,8 @@ class ModHost:
         active = self._active()
         mods = [m for m in active.mods if m.id != package.id]
         mods.append(_ActiveMod(id=package.id, version=package.manifest.version,
-                               hash=package.version_hash, files=files))
+                               hash=package.version_hash, files=files,
+                               folder=package.root.name))
         store.data.record_success(ACTIVE_KEY, _Active(mods=mods).model_dump(),
                                   author=self.author, role="modder")
 
@@ -469,9 +494,10 @@ class ModHost:
                 files = {path: store.scripts.revision(self._key(entry.id, path), rev).content
                          for path, rev in entry.files.items()}
                 manifest_text = files.pop(MANIFEST_NAME)
-                label = f"{self.label}/{entry.id}"
+                folder = entry.folder or entry.id
+                label = f"{self.label}/{folder}"
                 manifest = parse_manifest(manifest_text, f"{label}/{MANIFEST_NAME}")
-                packages.append(ModPackage((self.mods_dir / entry.id).resolve(), manifest,
+                packages.append(ModPackage((self.mods_dir / folder).resolve(), manifest,
                                            manifest_text, files, {}, label))
             except (MoonboxError, KeyError) as exc:
                 results.append(self._refused(entry.id, f"mod {entry.id!r}: could not restore "

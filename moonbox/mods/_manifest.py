@@ -86,7 +86,8 @@ def parse_manifest(text: str, file: str) -> ModManifest:
         file: its path, as errors should name it (``mods/waves/mod.toml``).
 
     Raises:
-        ModError: ``invalid_manifest``, naming the file, the field and the line.
+        ModError: ``invalid_manifest``, naming the file, the field and the line; also
+            when the text breaks the TOML parser itself (nesting thousands deep).
     """
     try:
         data = tomllib.loads(text)
@@ -94,6 +95,12 @@ def parse_manifest(text: str, file: str) -> ModManifest:
         m = re.search(r"line (\d+)", str(exc))
         raise ModError(f"not valid TOML: {exc}", code="invalid_manifest", file=file,
                        line=int(m.group(1)) if m else None) from None
+    except (RecursionError, ValueError, MemoryError) as exc:
+        # Hostile text can break the parser itself (arrays nested thousands deep raise
+        # RecursionError): any failure to parse is this file's fault, never the host's.
+        raise ModError(f"not valid TOML: the parser gave up ({type(exc).__name__}); "
+                       "nest arrays and tables only a few levels deep",
+                       code="invalid_manifest", file=file) from None
     try:
         return ModManifest.model_validate(data)
     except ValidationError as exc:

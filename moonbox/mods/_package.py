@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ class ModPackage:
         files: ``relative/posix/path.lua`` -> source text, for every Lua file inside the
             folder (links that resolve outside it are not read).
         refused: relative path -> why it cannot be required (a link out of the folder,
-            not UTF-8, too large).
+            not a regular file, not UTF-8).
         label: how errors name the folder (``mods/waves``).
     """
 
@@ -70,23 +71,47 @@ def _read_stable(path: Path, label: str, mod: str | None) -> bytes:
     """The file's bytes, read when its size and modification time hold still across the
     read: a file an editor is still writing is read again, a little later.
 
+    Only a regular file is read. The file is opened without blocking and without following
+    a link, then checked on the open descriptor, so a named pipe, a device or a socket
+    swapped in under the name is refused, never waited on.
+
     Raises:
         ModError: ``unstable_file`` when it never holds still; ``invalid_path`` when too
-            large.
+            large or not a regular file.
     """
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) \
+        | getattr(os, "O_CLOEXEC", 0)
     for _ in range(_STABLE_TRIES):
-        before = path.stat()
-        if before.st_size > MAX_FILE_BYTES:
-            raise ModError(f"larger than {MAX_FILE_BYTES} bytes", code="invalid_path",
-                           mod=mod, file=label)
-        data = path.read_bytes()
+        try:
+            fd = os.open(path, flags)
+        except OSError as exc:
+            raise ModError(f"cannot be opened: {exc.strerror}", code="invalid_path",
+                           mod=mod, file=label) from None
+        with os.fdopen(fd, "rb") as handle:
+            before = os.fstat(fd)
+            if not stat.S_ISREG(before.st_mode):
+                raise ModError("not a regular file (a pipe, a device or a socket); only "
+                               "plain files are read", code="invalid_path", mod=mod,
+                               file=label)
+            if before.st_size > MAX_FILE_BYTES:
+                raise ModError(f"larger than {MAX_FILE_BYTES} bytes", code="invalid_path",
+                               mod=mod, file=label)
+            data = handle.read(MAX_FILE_BYTES + 1)
         after = path.stat()
-        if (before.st_size, before.st_mtime_ns) == (after.st_size, after.st_mtime_ns) \
+        if (before.st_ino, before.st_size, before.st_mtime_ns) \
+                == (after.st_ino, after.st_size, after.st_mtime_ns) \
                 and len(data) == after.st_size:
             return data
         time.sleep(_STABLE_WAIT_S)
     raise ModError("kept changing while being read; save it again", code="unstable_file",
                    mod=mod, file=label)
+
+
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False
 
 
 def read_package(folder: Path, label: str | None = None) -> ModPackage:
@@ -98,16 +123,29 @@ def read_package(folder: Path, label: str | None = None) -> ModPackage:
 
     Raises:
         ModError: ``missing_manifest``, ``invalid_manifest``, ``missing_entry``,
-            ``invalid_path`` (too many files, an entry that is a link out of the folder),
-            ``unstable_file``.
+            ``invalid_path`` (too many files, a file too large, a ``mod.toml`` that is a
+            link out of the folder or not a regular file, a file swapped for a pipe while
+            being read), ``unstable_file``.
+
+    Only regular files are read, and only inside the folder: a ``.lua`` name that is a link
+    resolving outside it, a named pipe, a device or a socket is not read but listed in
+    ``refused``, so ``require`` says why (and an entry file like that is
+    ``missing_entry``).
     """
     label = label or str(folder)
     root = folder.resolve()
-    manifest_path = root / MANIFEST_NAME
     manifest_label = f"{label}/{MANIFEST_NAME}"
-    if not manifest_path.is_file():
+    try:
+        manifest_path = (root / MANIFEST_NAME).resolve(strict=True)
+    except OSError:
         raise ModError(f"no {MANIFEST_NAME} in the folder", code="missing_manifest",
-                       mod=folder.name, file=manifest_label)
+                       mod=folder.name, file=manifest_label) from None
+    if not manifest_path.is_relative_to(root):
+        raise ModError("a link to a file outside the mod's folder; the manifest must be "
+                       "inside it", code="invalid_path", mod=folder.name, file=manifest_label)
+    if not _is_regular(manifest_path):
+        raise ModError("not a regular file (a folder, a pipe, a device or a socket)",
+                       code="invalid_path", mod=folder.name, file=manifest_label)
     manifest_text = _read_stable(manifest_path, manifest_label, folder.name).decode(
         "utf-8", "replace")
     manifest = parse_manifest(manifest_text, manifest_label)
@@ -127,6 +165,9 @@ def read_package(folder: Path, label: str | None = None) -> ModPackage:
                 continue
             if not real.is_relative_to(root):
                 refused[rel] = "a link to a file outside the mod's folder"
+                continue
+            if not _is_regular(real):
+                refused[rel] = "not a regular file (a pipe, a device or a socket)"
                 continue
             if len(files) >= MAX_FILES:
                 raise ModError(f"more than {MAX_FILES} Lua files", code="invalid_path",

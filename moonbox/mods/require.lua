@@ -13,7 +13,7 @@
 local define_name, refused = ...
 
 local env = _G
-local type, error, tostring = type, error, tostring
+local type, error, tostring, pcall = type, error, tostring, pcall
 local s_find, s_gsub, s_sub = string.find, string.gsub, string.sub
 local concat = table.concat
 
@@ -69,10 +69,13 @@ function env.require(name)
   end
   loading[path] = true
   chain[#chain + 1] = path
-  -- No pcall: an error in the module is the caller's error, with the module's own line.
-  local result = body(name)
+  -- The marks are cleared on every way out, so a module that failed once is not a cycle
+  -- the next time. The error goes on unchanged: it already names the module's own file
+  -- and line. (A budget trip never comes back from this pcall: the sandbox re-raises it.)
+  local ok, result = pcall(body, name)
   chain[#chain] = nil
   loading[path] = nil
+  if not ok then error(result, 0) end
   if result == nil then result = true end
   loaded[path] = result
   return result

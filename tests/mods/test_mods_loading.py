@@ -151,3 +151,67 @@ def test_unreadable_entry_is_a_mod_error(mods_dir):
     with pytest.raises(ModError) as info:
         read_package(folder)
     assert info.value.code == "missing_entry" and info.value.field == "entry"
+
+
+def test_a_hostile_manifest_is_refused_and_other_mods_load(mods_dir):
+    write_mod(mods_dir, "good", 'state_set("ok", true)')
+    evil = write_mod(mods_dir, "evil", "")
+    (evil / "mod.toml").write_text('id = "evil"\nx = ' + "[" * 5000 + "]" * 5000 + "\n")
+    with Game() as game:
+        results = ModHost(game, mods_dir).load_all()
+        assert [m.id for m in game.mods] == ["good"]
+        assert any("mods/evil/mod.toml" in (r.error or "") for r in results)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_pipe_named_like_a_lua_file_is_refused_not_read(mods_dir):
+    folder = write_mod(mods_dir, "m", 'state_set("err", select(2, pcall(require, "lib")))')
+    os.mkfifo(folder / "lib.lua")  # opening it for reading would block forever
+    package = read_package(folder)
+    assert "not a regular file" in package.refused["lib.lua"]
+    with Game() as game:
+        assert ModHost(game, mods_dir).load_all()[0].ok
+        assert "not a regular file" in game.mod("m").state["err"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_pipe_named_mod_toml_is_an_invalid_path(mods_dir):
+    folder = write_mod(mods_dir, "m", "")
+    (folder / "mod.toml").unlink()
+    os.mkfifo(folder / "mod.toml")
+    with pytest.raises(ModError) as info:
+        read_package(folder)
+    assert info.value.code == "invalid_path"
+
+
+def test_a_manifest_linking_out_of_the_folder_is_not_read(mods_dir, tmp_path):
+    outside = tmp_path / "host.toml"
+    outside.write_text('id = "stolen"\ndescription = "host secret"\n')
+    folder = write_mod(mods_dir, "m", "")
+    (folder / "mod.toml").unlink()
+    os.symlink(outside, folder / "mod.toml")
+    with pytest.raises(ModError) as info:
+        read_package(folder)
+    assert info.value.code == "invalid_path" and "outside the mod's folder" in str(info.value)
+
+
+def test_a_module_that_failed_is_not_a_cycle_the_next_time(mods_dir):
+    files = {"lib/data.lua": "error('config missing')\nreturn {}\n", "other.lua": "return 1"}
+    main = ('local _, e1 = pcall(require, "lib.data")\n'
+            'local _, e2 = pcall(require, "lib.data")\n'
+            'state_set("first", e1) state_set("second", e2) state_set("other", require("other"))')
+    game, host, result = _load_one(mods_dir, main, files)
+    with game:
+        assert result.ok, result.error
+        state = game.mod("m").state
+        assert "mods/m/lib/data.lua:1: config missing" in state["first"]
+        assert state["second"] == state["first"] and state["other"] == 1
+
+
+def test_a_budget_trip_in_a_required_module_is_not_swallowed(mods_dir):
+    files = {"spin.lua": "while true do end"}
+    main = 'local ok = pcall(require, "spin")\nstate_set("swallowed", true)'
+    game, host, result = _load_one(mods_dir, main, files)
+    with game:
+        assert not result.ok
+        assert "swallowed" not in (game.mod("m").state if game.mods else {})

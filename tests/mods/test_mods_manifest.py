@@ -46,3 +46,10 @@ def test_toml_syntax_error_names_the_line():
     with pytest.raises(ModError) as info:
         parse_manifest('id = "a"\nversion = \n', "mods/a/mod.toml")
     assert info.value.line == 2 and "mods/a/mod.toml:2" in str(info.value)
+
+
+def test_a_manifest_that_breaks_the_parser_is_an_invalid_manifest():
+    text = 'id = "a"\nx = ' + "[" * 5000 + "]" * 5000 + "\n"
+    with pytest.raises(ModError) as info:
+        parse_manifest(text, "mods/a/mod.toml")
+    assert info.value.code == "invalid_manifest" and "mods/a/mod.toml" in str(info.value)

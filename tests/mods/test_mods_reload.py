@@ -165,3 +165,37 @@ def test_a_deleted_mod_folder_unloads_the_mod(mods_dir, tmp_path):
     with Store(tmp_path / "versions.db") as store, Game() as game:
         ModHost(game, mods_dir, store=store).load_all()  # a restart does not bring it back
         assert [m.id for m in game.mods] == ["other"]
+
+
+def test_a_folder_cannot_take_over_a_live_mods_id(mods_dir):
+    write_mod(mods_dir, "bank", 'state_set("balance", 100)')
+    skin = write_mod(mods_dir, "skin", 'state_set("x", 1)')
+    with Game() as game:
+        host = ModHost(game, mods_dir)
+        assert all(r.ok for r in host.load_all())
+        (skin / "mod.toml").write_text('id = "bank"\n')
+        (skin / "main.lua").write_text('function on_reload(old) state_set("stolen", old) end')
+        result = host.reload_folder("skin")
+        assert not result.ok and result.mod == "skin"
+        assert "'bank' is taken already by mods/bank" in result.error
+        assert host.mods["bank"].package.root.name == "bank"
+        assert host.mods["bank"].status == "running" and host.mods["bank"].error is None
+        assert game.mod("bank").state == {"balance": 100}
+        assert sorted(m.id for m in game.mods) == ["bank", "skin"]
+
+
+def test_after_a_restart_a_mod_in_a_renamed_folder_can_be_removed(mods_dir, tmp_path):
+    import shutil
+
+    folder = write_mod(mods_dir, "waves", 'state_set("v", 1)')
+    folder.rename(mods_dir / "waves-v2")
+    db = tmp_path / "versions.db"
+    with Store(db) as store, Game() as game:
+        assert ModHost(game, mods_dir, store=store).load_all()[0].ok
+    with Store(db) as store, Game() as game:
+        host = ModHost(game, mods_dir, store=store)
+        assert all(r.ok for r in host.load_all())
+        shutil.rmtree(mods_dir / "waves-v2")
+        result = host.reload_folder("waves-v2")
+        assert result.removed and result.mod == "waves"
+        assert list(game.mods) == [] and store.data.current("mods:active").content["mods"] == []
