@@ -91,6 +91,11 @@ class WorkerPool:
         return [w.stats() for w in self._workers]
 
     @property
+    def closed(self) -> bool:
+        """The pool was closed: its sandboxes raise :class:`SandboxClosed`."""
+        return self._closed
+
+    @property
     def pids(self) -> tuple[int, ...]:
         return tuple(pid for w in self._workers if (pid := w.pid) is not None)
 

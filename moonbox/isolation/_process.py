@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -17,8 +16,15 @@ from typing import Any, Literal
 
 import psutil
 
-from .._errors import HostError, ScriptError
-from ._protocol import EXIT_OUT_OF_MEMORY, FrameError, FrameReader, write_frame
+from .._errors import HostError, SandboxClosed, ScriptError
+from ._protocol import (
+    EXIT_OUT_OF_MEMORY,
+    FrameError,
+    FrameReader,
+    FrameTimeout,
+    pack,
+    write_packed,
+)
 from ._worker import TEST_HOOKS_ENV
 
 __all__ = ["LossCause", "WorkerCrashed", "WorkerLost", "WorkerProcess", "WorkerStats"]
@@ -125,9 +131,68 @@ def _close_fds(*fds: int) -> None:
             pass
 
 
-def _finalize(proc: subprocess.Popen[bytes], fds: tuple[int, int]) -> None:
-    _close_fds(*fds)
+class _Pipes:
+    """The host's ends of the two pipes to one worker, each closed exactly once: a closed
+    end reads as -1, so no later close (the finalizer's included) can hit a descriptor
+    number the OS has given to someone else since."""
+
+    __slots__ = ("write_fd", "read_fd", "_lock")
+
+    def __init__(self, write_fd: int, read_fd: int) -> None:
+        self.write_fd = write_fd
+        self.read_fd = read_fd
+        self._lock = threading.Lock()
+
+    def close_write(self) -> None:
+        with self._lock:
+            fd, self.write_fd = self.write_fd, -1
+        if fd >= 0:
+            _close_fds(fd)
+
+    def close(self) -> None:
+        with self._lock:
+            fds = [fd for fd in (self.write_fd, self.read_fd) if fd >= 0]
+            self.write_fd = self.read_fd = -1
+        _close_fds(*fds)
+
+
+def _finalize(proc: subprocess.Popen[bytes], pipes: _Pipes) -> None:
+    pipes.close()
     _kill(proc)
+
+
+# What the worker's environment keeps of the host's, by name: nothing else crosses (the
+# host's secrets, tokens and configuration stay in the host).
+_ENV_ALLOWED = frozenset({
+    "PATH",             # finding programs, as any process does
+    "PYTHONPATH",       # where moonbox and its libraries are imported from
+    "PYTHONHOME",       # an interpreter installed outside its default prefix
+    "PYTHONHASHSEED",   # the same hashing as the host (reproducible runs)
+    "PYTHONUTF8",       # text encoding of the interpreter
+    "PYTHONIOENCODING",
+    "PYTHONDONTWRITEBYTECODE",
+    "LD_LIBRARY_PATH",  # an interpreter or LuaJIT linked against libraries off the default path
+    "LANG",             # locale (also every LC_* variable, below)
+    "LANGUAGE",
+    "TZ",
+})
+_ENV_ALLOWED_PREFIXES = ("LC_",)
+# The directory the worker runs in: none of the host's (a relative path a mod reaches
+# through some bug resolves against the root, not the game's folder).
+_WORKER_CWD = "/"
+
+
+def worker_environment(test_hooks: bool) -> dict[str, str]:
+    """The environment a worker starts with: the allowlisted variables of the host's, the
+    directory moonbox is imported from first on ``PYTHONPATH`` (the worker runs in ``/``),
+    and the test-hook switch only when asked."""
+    env = {k: v for k, v in os.environ.items()
+           if k in _ENV_ALLOWED or k.startswith(_ENV_ALLOWED_PREFIXES)}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    if test_hooks:
+        env[TEST_HOOKS_ENV] = "1"
+    return env
 
 
 class WorkerProcess:
@@ -154,6 +219,7 @@ class WorkerProcess:
         self._proc: subprocess.Popen[bytes] | None = None
         self._psutil: psutil.Process | None = None
         self._closed = False
+        self._abandoned = False
         self._spawn()
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -161,29 +227,31 @@ class WorkerProcess:
     def _spawn(self) -> None:
         to_worker_r, to_worker_w = os.pipe()
         from_worker_r, from_worker_w = os.pipe()
-        env = dict(os.environ)
-        env.pop(TEST_HOOKS_ENV, None)
-        if self.test_hooks:
-            env[TEST_HOOKS_ENV] = "1"
+        pipes = _Pipes(to_worker_w, from_worker_r)
         try:
+            # The host's ends never block: every read and write waits under the watchdog.
+            os.set_blocking(to_worker_w, False)
+            os.set_blocking(from_worker_r, False)
             proc = subprocess.Popen(
                 [sys.executable, "-c", _BOOT, str(to_worker_r), str(from_worker_w),
                  str(self.memory_limit_bytes)],
                 stdin=subprocess.DEVNULL,
                 pass_fds=(to_worker_r, from_worker_w),
-                env=env,
+                env=worker_environment(self.test_hooks),
+                cwd=_WORKER_CWD,
                 close_fds=True,
             )
+        except BaseException:
+            pipes.close()
+            raise
         finally:
             _close_fds(to_worker_r, from_worker_w)
         self._proc = proc
-        self._write_fd = to_worker_w
-        self._read_fd = from_worker_r
+        self._pipes = pipes
         self._reader = FrameReader(from_worker_r)
-        self._poll = select.poll()
-        self._poll.register(from_worker_r, select.POLLIN | select.POLLHUP | select.POLLERR)
         self._killed_for: LossCause | None = None
-        self._finalizer = weakref.finalize(self, _finalize, proc, (to_worker_w, from_worker_r))
+        self._abandoned = False
+        self._finalizer = weakref.finalize(self, _finalize, proc, pipes)
         self.generation += 1
         try:
             ready = self.receive(time.monotonic() + self.startup_timeout_s)
@@ -196,10 +264,51 @@ class WorkerProcess:
         self._psutil = psutil.Process(proc.pid)
 
     def respawn(self) -> None:
-        """Reap the lost worker and start a fresh one (a new generation)."""
+        """Reap the lost worker and start a fresh one (a new generation).
+
+        Raises:
+            SandboxClosed: this worker was closed (its pool or sandbox closed).
+            HostError: the fresh worker could not start.
+        """
+        self._check_open()
         self._reap()
         self.respawns += 1
         self._spawn()
+
+    def revive(self) -> None:
+        """Start a fresh worker if the last one was stopped mid-request (see :meth:`request`).
+
+        Raises:
+            SandboxClosed: this worker was closed.
+            HostError: the fresh worker could not start.
+        """
+        self._check_open()
+        if self._abandoned:
+            self.respawn()
+
+    def _abandon(self) -> None:
+        """Stop a worker whose request the host gave up on: its answer (and every frame
+        after it) would otherwise reach whatever request came next. Its mods lose their
+        generation and are rebuilt from their snapshots in the fresh worker."""
+        self._abandoned = True
+        self.generation += 1  # runs and mods of the stopped worker no longer match it
+        self._reap()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxClosed("the worker is closed (its pool or sandbox was closed)")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def _write_fd(self) -> int:
+        return self._pipes.write_fd  # -1 once closed
+
+    @property
+    def _read_fd(self) -> int:
+        return self._pipes.read_fd  # -1 once closed
 
     def _reap(self) -> None:
         self._finalizer()  # closes the pipes, kills and waits: no zombie
@@ -218,7 +327,7 @@ class WorkerProcess:
             return
         self._closed = True
         proc = self._proc
-        _close_fds(self._write_fd)
+        self._pipes.close_write()
         if proc is not None:
             try:
                 proc.wait(timeout=timeout_s)
@@ -228,26 +337,40 @@ class WorkerProcess:
 
     # -- frames --------------------------------------------------------------------------
 
-    def send(self, value: Any) -> None:
-        """Send one frame. Raises :class:`WorkerLost` when the worker is gone."""
+    def send(self, value: Any, deadline: float | None = None) -> None:
+        self._send_packed(pack(value), deadline)
+
+    def _send_packed(self, data: bytes, deadline: float | None) -> None:
+        """Send one frame, whole by ``deadline`` (monotonic seconds).
+
+        Raises:
+            SandboxClosed: this worker was closed.
+            WorkerLost: the worker is gone, or stopped reading past the deadline (it is
+                killed then).
+        """
+        self._check_open()
+        fd = self._pipes.write_fd
+        if fd < 0:
+            raise self._lost("crashed")
         try:
-            write_frame(self._write_fd, value)
+            write_packed(fd, data, deadline)
+        except FrameTimeout:
+            raise self._lost("time") from None
         except FrameError:
             raise self._lost("crashed") from None
 
     def receive(self, deadline: float | None) -> Any:
-        """The next frame, waiting at most until ``deadline`` (monotonic seconds).
+        """The next frame, all of it read by ``deadline`` (monotonic seconds).
 
         Raises:
             WorkerLost: the worker died, or did not answer in time (it is killed then).
         """
-        reader = self._reader
-        if deadline is not None and not reader.pending():
-            left = deadline - time.monotonic()
-            if left <= 0 or not self._poll.poll(int(left * 1000) + 1):
-                raise self._lost("time")
+        if self._pipes.read_fd < 0:
+            raise self._lost("crashed")
         try:
-            return reader.read()
+            return self._reader.read(deadline)
+        except FrameTimeout:
+            raise self._lost("time") from None
         except (FrameError, OSError):
             raise self._lost("crashed") from None
 
@@ -259,29 +382,47 @@ class WorkerProcess:
         ``serve`` answers a ``call`` frame (a host function); ``extend`` gives a new deadline
         when the worker reports the start of another resume (a ``tick`` frame).
 
+        Any other exception on the way (a ``KeyboardInterrupt``, a ``BaseException`` from a
+        host function, a signal handler's timeout) abandons the request: the worker is killed,
+        since its answer would reach the next request, and it is re-raised; the next request
+        needs :meth:`revive` first, which starts a fresh worker.
+
         Raises:
+            SandboxClosed: this worker was closed.
             WorkerLost: see :meth:`receive`.
         """
         with self.lock:
-            self.send(value)
-            while True:
-                reply = self.receive(deadline)
-                kind = reply[0]
-                if kind == "call":
-                    if serve is None:
-                        self.send(["err", "no host functions are served here", "failed"])
+            self._check_open()
+            data = pack(value)  # what cannot cross fails here, before anything is sent
+            try:
+                self._send_packed(data, deadline)
+                while True:
+                    reply = self.receive(deadline)
+                    kind = reply[0]
+                    if kind == "call":
+                        if serve is None:
+                            self.send(["err", "no host functions are served here", "failed"],
+                                      deadline)
+                        else:
+                            answer = serve(reply)
+                            try:
+                                self.send(answer, deadline)
+                            except (TypeError, ValueError, OverflowError):
+                                log.exception("a host function returned what cannot cross")
+                                self.send(["err", _HOST_BUG, "failed"], deadline)
+                    elif kind == "tick":
+                        if extend is not None:
+                            deadline = extend()
                     else:
-                        answer = serve(reply)
-                        try:
-                            self.send(answer)
-                        except (TypeError, ValueError, OverflowError):
-                            log.exception("a host function returned what cannot cross")
-                            self.send(["err", _HOST_BUG, "failed"])
-                elif kind == "tick":
-                    if extend is not None:
-                        deadline = extend()
-                else:
-                    return reply
+                        return reply
+            except (WorkerLost, SandboxClosed):
+                raise
+            except BaseException:
+                if not self._abandoned and self._proc is not None:
+                    log.warning("worker %d stopped: the host abandoned its request",
+                                self._proc.pid)
+                    self._abandon()
+                raise
 
     def _lost(self, cause: LossCause) -> WorkerLost:
         """Classify the loss of the worker, after making sure it is dead and reaped."""
@@ -296,6 +437,9 @@ class WorkerProcess:
             _kill(proc)
             code = proc.returncode
         self._reap()
+        if self._abandoned:
+            return WorkerLost("crashed", "the worker was stopped: the host abandoned a request",
+                              signal="SIGKILL")
         if self._killed_for == "time":
             return WorkerLost("time", "the worker overran its wall budget and was killed",
                               signal="SIGKILL")

@@ -9,7 +9,9 @@ errors cross as plain lists and dicts, rebuilt into the sandbox's own types on t
 from __future__ import annotations
 
 import os
+import select
 import struct
+import time
 from typing import Any
 
 import msgpack
@@ -20,6 +22,7 @@ from ..sandbox import Outcome, Stats
 __all__ = [
     "EXIT_OUT_OF_MEMORY",
     "FrameError",
+    "FrameTimeout",
     "decode_error",
     "decode_outcome",
     "encode_error",
@@ -27,6 +30,7 @@ __all__ = [
     "FrameReader",
     "pack",
     "write_frame",
+    "write_packed",
 ]
 
 # The worker's exit status when the OS refused it memory (its address-space limit).
@@ -41,28 +45,60 @@ class FrameError(Exception):
     """The other side closed the pipe, or sent something that is not a frame."""
 
 
+class FrameTimeout(Exception):
+    """The deadline passed before a whole frame could be read or written."""
+
+
+def _wait(fd: int, events: int, deadline: float | None) -> None:
+    """Wait until ``fd`` is ready for ``events``, at most until ``deadline`` (monotonic
+    seconds; ``None``: no limit). A deadline already past still takes what is ready now.
+
+    Raises:
+        FrameTimeout: the deadline passed first.
+    """
+    timeout_ms = None
+    if deadline is not None:
+        timeout_ms = max(0, int((deadline - time.monotonic()) * 1000) + 1)
+    poll = select.poll()
+    poll.register(fd, events)
+    if not poll.poll(timeout_ms):
+        raise FrameTimeout("the deadline passed in the middle of a frame")
+
+
 def pack(value: Any) -> bytes:
     """One frame: length and msgpack body."""
     body = msgpack.packb(value, use_bin_type=True)
     return _HEADER.pack(len(body)) + body
 
 
-def write_frame(fd: int, value: Any) -> None:
-    """Write one frame, whole.
+def write_frame(fd: int, value: Any, deadline: float | None = None) -> None:
+    """Write one frame, whole. With a ``deadline`` (monotonic seconds) the write waits for
+    room in the pipe at most until then; ``fd`` should then be non-blocking, or one large
+    write could still block past it.
 
     Raises:
         FrameError: the reader is gone.
+        FrameTimeout: the deadline passed before the whole frame was written.
         TypeError: the value is not plain data msgpack can carry.
     """
-    data = pack(value)
-    try:
-        written = os.write(fd, data)
-        if written < len(data):
-            view = memoryview(data)[written:]
-            while view:
-                view = view[os.write(fd, view):]
-    except (BrokenPipeError, OSError) as exc:
-        raise FrameError(f"the pipe closed: {exc}") from None
+    write_packed(fd, pack(value), deadline)
+
+
+def write_packed(fd: int, data: bytes, deadline: float | None = None) -> None:
+    """Write one frame made by :func:`pack` (see :func:`write_frame`)."""
+    view = memoryview(data)
+    while view:
+        if deadline is not None:
+            _wait(fd, select.POLLOUT, deadline)
+        try:
+            written = os.write(fd, view)
+        except BlockingIOError:
+            if deadline is None:
+                _wait(fd, select.POLLOUT, None)
+            continue
+        except OSError as exc:
+            raise FrameError(f"the pipe closed: {exc}") from None
+        view = view[written:]
 
 
 class FrameReader:
@@ -80,15 +116,38 @@ class FrameReader:
         buf = self._buffer
         return len(buf) >= 4 and len(buf) - 4 >= _HEADER.unpack_from(buf)[0]
 
-    def read(self) -> Any:
-        """The next frame (blocking). Raises :class:`FrameError` at end of file."""
-        buf = self._buffer
+    def _read_some(self, size: int, deadline: float | None) -> bytes:
         fd = self.fd
-        while len(buf) < 4:
-            chunk = os.read(fd, _READ_BYTES)
+        while True:
+            if deadline is not None:
+                _wait(fd, select.POLLIN, deadline)
+            try:
+                chunk = os.read(fd, size)
+            except BlockingIOError:
+                if deadline is None:
+                    _wait(fd, select.POLLIN, None)
+                continue
             if not chunk:
                 raise FrameError("the pipe closed")
-            buf += chunk
+            return chunk
+
+    def read(self, deadline: float | None = None) -> Any:
+        """The next frame, all of it read by ``deadline`` (monotonic seconds; ``None``: wait
+        as long as it takes).
+
+        Raises:
+            FrameError: end of file, or a frame past the size limit.
+            FrameTimeout: the deadline passed before the whole frame arrived (what was read
+                stays buffered).
+            OSError: reading the pipe failed.
+        """
+        buf = self._buffer
+        while len(buf) < 4:
+            try:
+                buf += self._read_some(_READ_BYTES, deadline)
+            except FrameTimeout:
+                self._buffer = buf
+                raise
         (size,) = _HEADER.unpack_from(buf)
         if size > MAX_FRAME_BYTES:
             raise FrameError(f"a frame of {size} bytes is past the limit")
@@ -97,9 +156,11 @@ class FrameReader:
             parts = [buf]
             got = len(buf)
             while got < end:
-                chunk = os.read(fd, max(_READ_BYTES, end - got))
-                if not chunk:
-                    raise FrameError("the pipe closed")
+                try:
+                    chunk = self._read_some(max(_READ_BYTES, end - got), deadline)
+                except FrameTimeout:
+                    self._buffer = b"".join(parts)
+                    raise
                 parts.append(chunk)
                 got += len(chunk)
             buf = b"".join(parts)

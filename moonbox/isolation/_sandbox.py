@@ -303,6 +303,7 @@ class IsolatedSandbox:
         """Make sure the current worker holds this mod: create it, compile its chunks again
         and restore its state snapshot when the worker is new."""
         worker = self._worker
+        worker.revive()  # a worker stopped mid-request (abandoned) is replaced first
         if self._generation == worker.generation:
             return
         if self._generation:
@@ -327,6 +328,10 @@ class IsolatedSandbox:
     def _check_open(self) -> None:
         if self._closed:
             raise SandboxClosed("the sandbox is closed")
+        if self._pool is not None and self._pool.closed:
+            raise SandboxClosed(f"{self.mod_id}: the worker pool is closed")
+        if self._worker.closed:
+            raise SandboxClosed(f"{self.mod_id}: the worker is closed")
 
     def _operation(self, frame: list[Any]) -> list[Any]:
         """A request that runs no mod code; a lost worker is replaced and the loss raised."""

@@ -2,9 +2,11 @@
 
 Started by the host as ``python -m moonbox.isolation._worker READ_FD WRITE_FD LIMIT``. It
 sets its address-space limit (``LIMIT`` bytes, 0 for none) before anything else is imported,
-so the Lua runtimes and everything they allocate live under it. It holds no host capability:
-each host function of a mod is a proxy that sends a ``call`` frame and waits for the host's
-answer; the host validates and runs the call.
+so the Lua runtimes and everything they allocate live under it. A mod reaches the host only
+through proxies: each host function of a mod sends a ``call`` frame and waits for the host's
+answer; the host validates and runs the call. The process itself is a crash and resource
+boundary, not a privilege boundary: it runs as the host's user, in ``/``, with an
+allowlisted environment (see docs/isolation.md).
 
 File descriptor 1 is pointed at stderr, so nothing written to stdout can break the frames.
 
@@ -87,6 +89,54 @@ def _test_abort() -> tuple[Any, ...]:
 
 
 _HELD: list[bytearray] = []
+
+
+def _exact_copy(value: Any, lua_type: Any, depth: int = 0) -> Any:
+    """A checked Lua value as plain data, as ``to_python`` copies it except that a string
+    that is not UTF-8 stays ``bytes`` (msgpack carries it as bin), so a state snapshot
+    restores byte for byte and no two keys merge into one."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return value
+    kind = lua_type(value)
+    if kind != "table":
+        return f"<{kind}>"
+    items = list(value.items())
+    n = len(items)
+    if n and all(type(k) is int and 1 <= k <= n for k, _ in items):
+        listed: list[Any] = [None] * n
+        for k, v in items:
+            listed[k - 1] = _exact_copy(v, lua_type, depth + 1)
+        return listed
+    return {_exact_copy(k, lua_type, depth + 1): _exact_copy(v, lua_type, depth + 1)
+            for k, v in items}
+
+
+def _to_restore(value: Any) -> Any:
+    """A snapshot as the sandbox's ``to_lua`` takes it: ``bytes`` (keys too) become text
+    with their bytes escaped (``surrogateescape``), which ``to_lua`` writes back exactly."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    if isinstance(value, list):
+        return [_to_restore(v) for v in value]
+    if isinstance(value, dict):
+        return {_to_restore(k): _to_restore(v) for k, v in value.items()}
+    return value
+
+
+def _has_replacement(value: Any) -> bool:
+    """The copy holds U+FFFD: a string that was not UTF-8 may have been replaced."""
+    if isinstance(value, str):
+        return "\ufffd" in value
+    if isinstance(value, list):
+        return any(_has_replacement(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_replacement(k) or _has_replacement(v) for k, v in value.items())
+    return False
 
 
 class _Worker:
@@ -195,10 +245,17 @@ class _Worker:
         kept = self.state_chunks.get(sid)
         if kept is None or not outcome.ok:
             return [False]
-        got = self.sandboxes[sid].run(kept[0])
+        sb = self.sandboxes[sid]
+        got = sb.run(kept[0])  # checked against the value limits like any result
         if got.status != "done":
             return [False, f"the state in global {kept[2]!r} could not be copied: {got.error}"]
-        return [True, got.value]
+        value = got.value
+        if _has_replacement(value):
+            # The copy decoded strings as text: copy again from the runtime, keeping bytes.
+            from ..sandbox._lua import lua
+
+            value = _exact_copy(sb._env[kept[2].encode()], lua.lua_type)
+        return [True, value]
 
     def op_run(self, sid: int, cid: int | None, source: str | bytes | None, name: str,
                args: list[Any], max_resumes: int, budget: dict[str, Any] | None) -> list[Any]:
@@ -265,7 +322,7 @@ class _Worker:
 
     def op_restore(self, sid: int, value: Any) -> list[Any]:
         sb = self.sandboxes[sid]
-        got = sb.run(self.state_chunks[sid][1], args=(value,))
+        got = sb.run(self.state_chunks[sid][1], args=(_to_restore(value),))
         if got.status != "done":
             return ["fail", "HostError", f"the state snapshot could not be restored: {got.error}"]
         return ["ok"]

@@ -1,0 +1,208 @@
+"""A worker's life from the host: abandoned requests, closing, the watchdog on whole frames,
+exact state snapshots and what the worker inherits."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+import pytest
+
+from moonbox import Budget, SandboxClosed
+from moonbox.isolation import IsolatedSandbox, WorkerPool
+from moonbox.isolation._process import WorkerProcess
+from moonbox.isolation._protocol import pack
+from moonbox.isolation._worker import TEST_HOOKS_ENV
+
+
+class _Interrupted(BaseException):
+    """What a host-side timeout (or Ctrl-C) raises in the middle of a request."""
+
+
+class _Function:
+    """A host function for these tests: ``fn()`` is called with no context."""
+
+    cost = 1
+
+    def __init__(self, name: str, fn) -> None:
+        self.name = name
+        self._fn = fn
+
+    def __call__(self, call, args):
+        return self._fn()
+
+
+def _worker_output_pipe(pid: int) -> str:
+    """The worker's end of its output pipe, as a path the test can write to (Linux)."""
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        argv = f.read().split(b"\0")
+    return f"/proc/{pid}/fd/{int(argv[4])}"  # python -c BOOT READ_FD WRITE_FD LIMIT
+
+
+def _inject(pid: int, data: bytes) -> None:
+    with open(_worker_output_pipe(pid), "wb", buffering=0) as pipe:
+        pipe.write(data)
+
+
+# -- 1. an abandoned request -------------------------------------------------------------
+
+
+def test_an_abandoned_request_leaves_no_answer_for_the_next_one():
+    def interrupt(*_: object) -> None:
+        raise _Interrupted
+
+    with WorkerPool(1, _test_hooks=True) as pool:
+        a = pool.sandbox("a", Budget(wall_s=30))
+        b = pool.sandbox("b")
+        b.run("state = {owner = 'b'}")
+        old = signal.signal(signal.SIGALRM, interrupt)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.1)
+            with pytest.raises(_Interrupted):
+                a.run("state = {owner = 'a'} test_sleep(1) return 'a-result'")
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        assert b.run("return 'b-result'").values == ("b-result",)
+        assert b.state_snapshot == {"owner": "b"}
+        assert a.run("return state == nil").values == (True,)  # no snapshot was taken
+        assert a.run("return 'a again'").values == ("a again",)
+        assert pool.stats()[0].respawns == 1
+
+
+def test_a_base_exception_from_a_host_function_stops_the_worker():
+    def boom():
+        raise _Interrupted
+
+    sb = IsolatedSandbox(host_functions=[_Function("boom", boom)], state_global=None)
+    try:
+        pid = sb.pid
+        run = sb.start("coroutine.yield(1) return 2")
+        assert run.resume().values == (1,)
+        with pytest.raises(_Interrupted):
+            sb.run("boom() return 'never'")
+        assert sb.run("return 'next'").values == ("next",)
+        assert sb.pid != pid and not psutil.pid_exists(pid)
+        with pytest.raises(SandboxClosed):
+            run.resume()  # its coroutine was in the stopped worker
+    finally:
+        sb.close()
+
+
+# -- 2. a closed pool --------------------------------------------------------------------
+
+
+def test_a_sandbox_of_a_closed_pool_refuses_every_call(tmp_path):
+    pool = WorkerPool(1)
+    sb = pool.sandbox("a")
+    worker = sb._worker
+    pool.close()
+    children = {p.pid for p in psutil.Process().children(recursive=True)}
+    victim = tmp_path / "victim.bin"
+    with open(victim, "wb", buffering=0):  # likely to get a descriptor number the pool freed
+        with pytest.raises(SandboxClosed):
+            sb.run("return 1")
+        with pytest.raises(SandboxClosed):
+            sb.load("return 1")
+        with pytest.raises(SandboxClosed):
+            worker.send(["run"])
+        with pytest.raises(SandboxClosed):
+            worker.respawn()
+    assert victim.read_bytes() == b""
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= children
+    sb.close()
+
+
+# -- 3. each pipe closed once ------------------------------------------------------------
+
+
+def test_closing_a_worker_closes_each_pipe_exactly_once(monkeypatch):
+    worker = WorkerProcess(memory_limit_bytes=0)
+    fds = {worker._write_fd, worker._read_fd}
+    closed: list[int] = []
+    real_close = os.close
+
+    def counting_close(fd: int) -> None:
+        if fd in fds:
+            closed.append(fd)
+        real_close(fd)
+
+    monkeypatch.setattr(os, "close", counting_close)
+    worker.close()
+    worker._finalizer()  # what garbage collection would run: already done, a no-op
+    monkeypatch.undo()
+    assert sorted(closed) == sorted(fds)
+
+
+# -- 4. the watchdog covers whole frames -------------------------------------------------
+
+
+def test_the_watchdog_covers_the_rest_of_a_frame():
+    # The worker has written the start of a frame, then hangs in a C call.
+    sb = IsolatedSandbox(Budget(wall_s=0.05), wall_margin_s=0.2, _test_hooks=True,
+                         host_functions=[
+                             _Function("half", lambda: _inject(sb.pid, b"\x02\x00\x00\x00\x92")
+                                       or ())])
+    try:
+        outcome = sb.run("half() test_sleep(5) return 1")
+        assert outcome.status == "budget" and outcome.budget == "time"
+        assert sb.run("return 'fresh'").values == ("fresh",)
+    finally:
+        sb.close()
+
+
+def test_the_watchdog_covers_writing_to_a_worker_that_stopped_reading():
+    # The worker asks for a host call whose answer is far larger than a pipe holds, then
+    # hangs without reading it.
+    sb = IsolatedSandbox(Budget(wall_s=0.05), wall_margin_s=0.2, _test_hooks=True,
+                         host_functions=[
+                             _Function("ask", lambda: _inject(sb.pid, pack(["call", "big", []]))
+                                       or ()),
+                             _Function("big", lambda: ("x" * (4 << 20),))])
+    try:
+        outcome = sb.run("ask() test_sleep(20) return 1")
+        assert outcome.status == "budget" and outcome.budget == "time"
+        # Killed at its deadline (~0.25 s), not once the worker woke up and read again.
+        assert outcome.stats.wall_s < 10
+        assert sb.run("return 'fresh'").values == ("fresh",)
+    finally:
+        sb.close()
+
+
+# -- 5. exact snapshots ------------------------------------------------------------------
+
+
+def test_a_snapshot_restores_binary_strings_exactly(make_isolated):
+    sb = make_isolated()
+    sb.run("state = {blob = string.char(0x80, 0xff, 0x00, 0x41), text = 'héllo', "
+           "[string.char(0xfe)] = 'a', [string.char(0xff)] = 'b', list = {string.char(0xc3)}}")
+    check = ("local n = 0 for _ in pairs(state) do n = n + 1 end "
+             "return n, state.blob == string.char(0x80, 0xff, 0x00, 0x41), "
+             "state[string.char(0xfe)], state[string.char(0xff)], "
+             "state.list[1] == string.char(0xc3), state.text")
+    expected = (5, True, "a", "b", True, "héllo")
+    assert sb.run(check).values == expected
+    assert sb.run("test_segfault()").error.kind == "crashed"
+    assert sb.restores == 1
+    assert sb.run(check).values == expected
+
+
+# -- 6. what the worker inherits ---------------------------------------------------------
+
+
+def test_the_worker_gets_an_allowlisted_environment_and_a_neutral_directory(monkeypatch):
+    monkeypatch.setenv("MOONBOX_TEST_HOST_SECRET", "hunter2")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    monkeypatch.setenv(TEST_HOOKS_ENV, "1")
+    with IsolatedSandbox() as sb:
+        with open(f"/proc/{sb.pid}/environ", "rb") as f:
+            names = {item.split(b"=", 1)[0] for item in f.read().split(b"\0") if item}
+        assert b"MOONBOX_TEST_HOST_SECRET" not in names
+        assert TEST_HOOKS_ENV.encode() not in names
+        assert b"LC_ALL" in names
+        assert os.readlink(f"/proc/{sb.pid}/cwd") == "/"
+        assert sb.run("return 1 + 1").values == (2,)
+    from moonbox.isolation._process import worker_environment
+
+    assert worker_environment(test_hooks=True)[TEST_HOOKS_ENV] == "1"
