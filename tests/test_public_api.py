@@ -29,7 +29,7 @@ def test_subpackage_names():
     assert moonbox.sandbox.__all__ == [
         "ALLOWED_GLOBALS", "ALLOWED_LIBRARIES", "Budget", "Chunk", "DENIED", "FunctionHandle",
         "HostCall",
-        "HostFunction", "Outcome", "Run", "Sandbox", "Stats", "Status", "ValueLimits",
+        "HostFunction", "LUA_KEYWORDS", "Outcome", "Run", "Sandbox", "Stats", "Status", "ValueLimits",
         "parse_size",
     ]
     assert moonbox.bindings.__all__ == [

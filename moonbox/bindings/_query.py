@@ -155,22 +155,22 @@ class QueryRunner:
             if verdict is False or isinstance(verdict, str):
                 reason = verdict if isinstance(verdict, str) else "this mod may not read it"
                 raise _refuse("refused", f"{name}: {reason}")
+        if source.cache_s <= 0:
+            return self._read(source, info, args, call)
         key = (mod, name, msgpack.packb(args.model_dump(mode="json"), use_bin_type=True))
         now = self._clock()
-        if source.cache_s > 0:
-            hit = self._cache.get(key)
-            if hit is not None and hit[0] > now:
-                return hit[1]
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] > now:
+            return hit[1]
         plain = self._read(source, info, args, call)
-        if source.cache_s > 0:
-            with self._lock:
+        with self._lock:
+            if len(self._cache) >= _MAX_CACHE_ENTRIES:
+                now = self._clock()
+                for k in [k for k, (t, _) in self._cache.items() if t <= now]:
+                    del self._cache[k]
                 if len(self._cache) >= _MAX_CACHE_ENTRIES:
-                    now = self._clock()
-                    for k in [k for k, (t, _) in self._cache.items() if t <= now]:
-                        del self._cache[k]
-                    if len(self._cache) >= _MAX_CACHE_ENTRIES:
-                        self._cache.clear()
-                self._cache[key] = (self._clock() + source.cache_s, plain)
+                    self._cache.clear()
+            self._cache[key] = (self._clock() + source.cache_s, plain)
         return plain
 
     def _read(self, source: QuerySource, info: QueryInfo, args: BaseModel,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from ..sandbox import LUA_KEYWORDS
 from ._binding import Binding
 from ._permissions import Decision, Permissions
 
@@ -28,10 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = ["render_stubs"]
 
-_LUA_KEYWORDS = frozenset(
-    "and break do else elseif end false for function goto if in local nil not or repeat "
-    "return then true until while".split()
-)
 # Names the annotation format already means something by; a class must not shadow them.
 _BUILTIN_TYPES = frozenset(
     "nil any boolean string number integer function table thread userdata lightuserdata "
@@ -120,7 +117,7 @@ def _sanitize_class(name: str) -> str:
 
 
 def _is_identifier(name: str) -> bool:
-    return bool(_IDENTIFIER.match(name)) and name not in _LUA_KEYWORDS
+    return bool(_IDENTIFIER.match(name)) and name not in LUA_KEYWORDS
 
 
 def _quote(text: str) -> str:

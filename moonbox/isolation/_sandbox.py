@@ -21,7 +21,18 @@ from .._errors import (
     SandboxClosed,
     ScriptError,
 )
-from ..sandbox import Budget, HostCall, HostFunction, Outcome, Stats, Status, ValueLimits
+from ..sandbox import (
+    LUA_KEYWORDS,
+    Budget,
+    HostCall,
+    HostFunction,
+    Outcome,
+    Sandbox,
+    Stats,
+    Status,
+    ValueLimits,
+)
+from ..sandbox._sandbox import MAX_REPORT_CHARS, MAX_REPORTS  # the same caps as in process
 from ._process import WorkerCrashed, WorkerLost, WorkerProcess, WorkerStats
 from ._protocol import decode_error, decode_outcome
 
@@ -51,12 +62,6 @@ OPERATION_TIMEOUT_S = 30.0
 _HOST_BUG = "the host failed to handle this call (a host bug, logged)"
 _FINISHED = frozenset({"done", "error", "budget"})
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_LUA_KEYWORDS = frozenset(
-    "and break do else elseif end false for function goto if in local nil not or repeat "
-    "return then true until while".split()
-)
-_MAX_REPORTS = 1000
-_MAX_REPORT_CHARS = 4096
 _ids = itertools.count(1)
 _FAILS = {"ConfigError": ConfigError, "SandboxClosed": SandboxClosed}
 
@@ -81,11 +86,11 @@ class _Reports:
         self.reports_dropped = 0
 
     def _add_report(self, text: str) -> None:
-        if len(self.reports) >= _MAX_REPORTS:
+        if len(self.reports) >= MAX_REPORTS:
             self.reports_dropped += 1
             return
-        if len(text) > _MAX_REPORT_CHARS:
-            text = text[: _MAX_REPORT_CHARS - 3] + "..."
+        if len(text) > MAX_REPORT_CHARS:
+            text = text[: MAX_REPORT_CHARS - 3] + "..."
         self.reports.append(text)
 
 
@@ -209,6 +214,9 @@ class IsolatedSandbox:
         HostError: the worker could not start.
     """
 
+    # HostCall asks a sandbox how much of the resume it excluded: the same bookkeeping.
+    _excluded_in_resume = Sandbox._excluded_in_resume
+
     def __init__(
         self,
         budget: Budget | None = None,
@@ -238,7 +246,7 @@ class IsolatedSandbox:
         if memory_limit_bytes < 0:
             raise ConfigError("memory_limit_bytes cannot be negative")
         if state_global is not None and (not _NAME.match(state_global)
-                                         or state_global in _LUA_KEYWORDS
+                                         or state_global in LUA_KEYWORDS
                                          or state_global.startswith("__mb")):
             raise ConfigError(f"state_global {state_global!r} is not a Lua global name")
         self.wall_margin_s = float(wall_margin_s)
@@ -266,7 +274,6 @@ class IsolatedSandbox:
         self._deadline = math.inf
         self._start = 0.0
         self._clock = time.monotonic
-        self._excluded_for: Any = None
         self._excluded_start = 0.0
         self._excluded_s = 0.0
         self._h_extend = None

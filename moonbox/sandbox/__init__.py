@@ -14,6 +14,7 @@ from ._sandbox import (
     Stats,
     Status,
 )
+from ._tokenizer import KEYWORDS as LUA_KEYWORDS
 
 __all__ = [
     "ALLOWED_GLOBALS",
@@ -24,6 +25,7 @@ __all__ = [
     "FunctionHandle",
     "HostCall",
     "HostFunction",
+    "LUA_KEYWORDS",
     "Outcome",
     "Run",
     "Sandbox",

@@ -251,9 +251,7 @@ class HostCall:
         sb = self.sandbox
         if sb is None or sb._running is None:
             return max_total_s
-        excluded = sb._excluded_s if (
-            sb._excluded_for is sb._running and sb._excluded_start == sb._start
-        ) else 0.0
+        excluded = sb._excluded_in_resume()
         return max(0.0, max_total_s - excluded) + max(0.0, sb._deadline - sb._clock())
 
     @contextmanager
@@ -268,8 +266,7 @@ class HostCall:
         if sb is None or sb._running is None:
             yield
             return
-        if sb._excluded_for is not sb._running or sb._excluded_start != sb._start:
-            sb._excluded_for, sb._excluded_start, sb._excluded_s = sb._running, sb._start, 0.0
+        sb._excluded_in_resume()
         t0 = sb._clock()
         try:
             yield
@@ -679,8 +676,7 @@ class Sandbox:
         self._dropped: list[int] = []
         self._deadline = 0.0
         self._start = 0.0
-        self._excluded_for: Run | None = None
-        self._excluded_start = 0.0
+        self._excluded_start = 0.0  # the resume (by its start) _excluded_s belongs to
         self._excluded_s = 0.0
         self._h_extend = host[b"extend"]
         self._h_check_argument = host[b"check_argument"]
@@ -835,23 +831,20 @@ class Sandbox:
         """
         self._check_open()
         self._loosen()
-        if isinstance(source, FunctionHandle):
-            compiled = self._handle_chunk(source)
-        else:
-            compiled = source if isinstance(source, Chunk) else self.load(source, chunk)
-        if compiled._generation != self._generation:
-            raise SandboxClosed(
-                f"{compiled.name} was compiled by a runtime that has been replaced; load it again"
-            )
         if self._dropped:
             self._drop_handles()
         if isinstance(source, FunctionHandle):
-            started = self._h_start_kept(compiled._fn)
+            compiled = self._handle_chunk(source)
+            started = self._h_start_kept(source._key)
             if started is None:
                 raise SandboxClosed(f"the function at {source.where} was released")
-            run_id = int(started)
         else:
-            run_id = int(self._h_start(compiled._fn))
+            compiled = source if isinstance(source, Chunk) else self.load(source, chunk)
+            if compiled._generation != self._generation:
+                raise SandboxClosed(f"{compiled.name} was compiled by a runtime that has been "
+                                    "replaced; load it again")
+            started = self._h_start(compiled._fn)
+        run_id = int(started)
         run = Run(self, compiled, run_id)
         self._runs[run_id] = run
         return run
@@ -864,6 +857,12 @@ class Sandbox:
                 f"the function at {handle.where} was released or its runtime replaced"
             )
         return Chunk(handle.chunk, 0, handle._key, handle._generation)
+
+    def _excluded_in_resume(self) -> float:
+        """Seconds excluded from the running resume's wall budget so far."""
+        if self._excluded_start != self._start:
+            self._excluded_start, self._excluded_s = self._start, 0.0
+        return self._excluded_s
 
     def _drop_handles(self) -> None:
         dropped, self._dropped = self._dropped, []

@@ -530,11 +530,13 @@ function wrapped_lib.string.char(...)
   return s_char(...)
 end
 
--- Where a string function's index lands, as the runtime clamps it (NaN and infinities
--- included: they become the lowest integer there), for an upper bound of the work.
-local function clamped_index(x, len, default)
+-- Where a string function's index lands, as the runtime clamps it, for an upper bound of
+-- the work: NaN lands on `if_nan` (the runtime makes it its lowest integer, which a start
+-- clamps to 1 and an end counts from the string's end).
+local function clamped_index(x, len, default, if_nan)
   x = tonumber(x) or default
-  if x ~= x or x == -huge then return 1 end
+  if x ~= x then return if_nan end
+  if x == -huge then return 1 end
   if x < 0 then x = len + x + 1 end
   if x < 1 then return 1 end
   if x > len then return len end
@@ -543,9 +545,8 @@ end
 
 function wrapped_lib.string.byte(s, i, j)
   local len = coerced_len(s)
-  local first = clamped_index(i, len, 1)
-  local last = j == nil and (i == nil and 1 or first) or clamped_index(j, len, len)
-  if j ~= nil and tonumber(j) ~= tonumber(j) then last = len end  -- NaN: bound it high
+  local first = clamped_index(i, len, 1, 1)
+  local last = j == nil and (i == nil and 1 or first) or clamped_index(j, len, len, len)
   if last > first then charge_work(last - first) end
   return s_byte(s, i, j)
 end
