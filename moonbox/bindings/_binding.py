@@ -20,6 +20,7 @@ from pydantic_core import PydanticCustomError
 
 from .._errors import BindingError
 from ..sandbox import FunctionHandle, HostCall
+from ._fast import fast_checker, lane_factory
 from ._permissions import Risk
 
 __all__ = ["Binding", "LuaFunction", "LuaNumber", "Risk"]
@@ -110,6 +111,12 @@ class Binding:
         description: one line for the mod API documentation.
         explain_denial: when a mod's permissions deny the binding, install a stub that
             fails with the reason instead of leaving the name absent.
+        unpack: call ``fn`` with the fields as positional arguments after the
+            :class:`HostCall`, in the model's order (``fn(call, a, b)``), not with a model
+            instance. With simple fields (numbers, strings, booleans, ``Any``, bounds and
+            lengths) a call then builds no model at all: a checker compiled from the model
+            vouches for the values, and anything it cannot vouch for goes through pydantic
+            as usual. For bindings called in hot loops.
     """
 
     name: str
@@ -121,6 +128,7 @@ class Binding:
     cost: int = 1
     description: str = ""
     explain_denial: bool = False
+    unpack: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -145,6 +153,9 @@ class Binding:
         object.__setattr__(self, "_field_set", frozenset(fields))
         object.__setattr__(self, "_validate", self.args.__pydantic_validator__.validate_python)
         object.__setattr__(self, "_positional", _positional_mapper(fields))
+        # Used only by unpacking bindings: for a model it would have to build the instance.
+        object.__setattr__(self, "_fast", fast_checker(self.args) if self.unpack else None)
+        object.__setattr__(self, "_lane_factory", lane_factory(self.args) if self.unpack else None)
         if self.result is not None:
             object.__setattr__(
                 self, "_validate_result", self.result.__pydantic_validator__.validate_python
@@ -184,6 +195,26 @@ class Binding:
         except ValidationError as exc:
             raise BindingError(_explain(exc)) from None
 
+    def values(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The validated field values, in the model's order (what an unpacking ``fn`` gets).
+
+        Raises:
+            BindingError: one line naming the argument and the problem.
+        """
+        fast = self._fast  # type: ignore[attr-defined]
+        if fast is not None:
+            checked = fast(args)
+            if checked is not None:
+                return checked  # type: ignore[no-any-return]
+        model = self.validate(args)
+        return tuple([getattr(model, name) for name in self._fields])  # type: ignore[attr-defined]
+
+    def invoke(self, call: HostCall, model: BaseModel) -> Any:
+        """Call ``fn`` with validated arguments, as a model or unpacked as ``unpack`` says."""
+        if self.unpack:
+            return self.fn(call, *[getattr(model, name) for name in self._fields])  # type: ignore[attr-defined]
+        return self.fn(call, model)
+
     def results(self, value: Any) -> tuple[Any, ...]:
         """What ``fn`` returned, as the tuple of plain values that crosses back to Lua.
 
@@ -198,6 +229,8 @@ class Binding:
         return value if type(value) is tuple else (value,)
 
     def __call__(self, call: HostCall, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        if self.unpack:
+            return self.results(self.fn(call, *self.values(args)))
         return self.results(self.fn(call, self.validate(args)))
 
 

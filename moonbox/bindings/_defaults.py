@@ -28,13 +28,12 @@ class AddArgs(BaseModel):
     b: LuaNumber = Field(description="the second number")
 
 
-def _report(call: HostCall, args: ReportArgs) -> None:
-    message = args.message
+def _report(call: HostCall, message: Any) -> None:
     call.report(message if isinstance(message, str) else format_value(message, 4096))
 
 
-def _add(call: HostCall, args: AddArgs) -> int | float:
-    return args.a + args.b
+def _add(call: HostCall, a: float, b: float) -> float:
+    return a + b
 
 
 report = Binding(
@@ -44,6 +43,7 @@ report = Binding(
     risk="read",
     group="core",
     cost=1,
+    unpack=True,
     description="Add one line to the run's report (strings as they are, other values rendered).",
 )
 add = Binding(
@@ -53,6 +53,7 @@ add = Binding(
     risk="read",
     group="core",
     cost=1,
+    unpack=True,
     description="Return a + b; both must be numbers.",
 )
 

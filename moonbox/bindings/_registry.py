@@ -78,7 +78,7 @@ class Registry:
         self._bindings: dict[str, Binding] = {}
         self._hooks: list[tuple[int, int, Hook]] = []
         self._hook_seq = 0
-        self._version = 0  # bumped on every change of hooks
+        self._version = 0  # bumped on every change of bindings or hooks
         self._lock = threading.RLock()
         self._executor = ThreadPoolExecutor(max_host_threads, thread_name_prefix="moonbox-host")
         # Approvers wait on people: their own threads, so they never starve query reads.
@@ -143,11 +143,13 @@ class Registry:
             if binding.name in self._bindings:
                 raise ConfigError(f"a binding named {binding.name!r} is already registered")
             self._bindings[binding.name] = binding
+            self._version += 1
 
     def _uninstall(self, binding: Binding) -> None:
         with self._lock:
             if self._bindings.get(binding.name) is binding:
                 del self._bindings[binding.name]
+                self._version += 1
 
     def get(self, name: str) -> Binding | None:
         return self._bindings.get(name)
@@ -354,8 +356,9 @@ class ModApi:
 class _ModFunction:
     """A binding as one mod calls it: availability, validation, approval, hooks, result."""
 
-    __slots__ = ("name", "cost", "accepts_functions", "binding", "_api", "_ask", "_version",
-                 "_pre", "_post")
+    __slots__ = ("name", "cost", "accepts_functions", "binding", "lane", "_api", "_ask",
+                 "_version", "_pre", "_post", "_available", "_plain", "_has_result",
+                 "_lane_version")
 
     def __init__(self, api: ModApi, binding: Binding, ask: bool) -> None:
         self.name = binding.name
@@ -367,30 +370,46 @@ class _ModFunction:
         self._version = -1
         self._pre: tuple[Hook, ...] = ()
         self._post: tuple[Hook, ...] = ()
+        self._available = False
+        self._plain = False
+        self._lane_version = -1  # the registry version the lane may run under
+        self._has_result = binding.result is not None
+        # The sandbox tries the lane first (arguments as they come from Lua) and calls
+        # this object when the lane declines: see moonbox.bindings._fast.lane_factory.
+        factory = binding._lane_factory  # type: ignore[attr-defined]
+        self.lane = (None if factory is None
+                     else factory(self, api.registry, api, binding.fn, binding.results))
+
+    def _refresh(self, version: int) -> None:
+        # The version is read before what it guards: a change meanwhile bumps it again,
+        # and the next call refreshes (read after, a stale view could be kept under it).
+        registry = self._api.registry
+        self._available = registry._bindings.get(self.name) is self.binding
+        self._pre, self._post = registry.hooks_for(self.name)
+        self._plain = (self._available and not self._pre and not self._post
+                       and not self._ask)
+        self._version = version
+        self._lane_version = version if self._plain else -1
 
     def __call__(self, call: HostCall, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        # The hot path of every binding call of every mod: kept flat on purpose.
-        binding = self.binding
         api = self._api
-        registry = api.registry
-        if registry._bindings.get(self.name) is not binding:
+        version = api.registry._version
+        if self._version != version:
+            self._refresh(version)
+        if not self._available:
             raise BindingError("is no longer available [unavailable]", reason="unavailable")
         call.mod = api
+        binding = self.binding
+        if self._plain:
+            if binding.unpack:
+                result = binding.fn(call, *binding.values(args))
+            else:
+                result = binding.fn(call, binding.validate(args))
+            return binding.results(result)
         model = binding.validate(args)
         if self._ask:
             api._ask(binding, model, call)
-        version = registry._version
-        if self._version != version:
-            # The version is read first: a hook added meanwhile bumps it again, and the
-            # next call rebuilds (read after, a stale list could be kept under it).
-            self._pre, self._post = registry.hooks_for(self.name)
-            self._version = version
-        if not self._pre and not self._post:  # the common case
-            result = binding.fn(call, model)
-            if binding.result is None and type(result) is not tuple:
-                return () if result is None else (result,)
-            return binding.results(result)
-        info = CallInfo(self._api.mod_id, binding, model, call)
+        info = CallInfo(api.mod_id, binding, model, call)
         for hook in self._pre:
             try:
                 verdict = hook.pre_call(info)  # type: ignore[misc]
@@ -399,7 +418,7 @@ class _ModFunction:
                 continue
             if isinstance(verdict, Veto):
                 raise BindingError(f"{verdict.reason} [vetoed]", reason="vetoed")
-        result = binding.fn(call, model)
+        result = binding.invoke(call, model)
         for hook in self._post:
             try:
                 result = hook.post_call(info, result)  # type: ignore[misc]

@@ -70,9 +70,8 @@ _ENV_SPEC = " ".join(
 
 _SCALARS = frozenset({bool, int, float})
 _tuple_new = tuple.__new__
-_OK = (True,)
+_NO_VALUES = ()
 _MAX_EXACT_INT = 1 << 53  # past this an int crosses as a float (to_lua)
-_NOT_ENOUGH_MEMORY = (False, b"not enough memory")
 _TRIP_MESSAGE = "moonbox: budget exceeded"  # what the prelude raises on a trip
 _HOST_BUG = "{}: the host failed to handle this call (a host bug, logged)"
 _STATUS: dict[bytes, Status] = {b"done": "done", b"yielded": "yielded"}
@@ -289,6 +288,9 @@ class HostFunction(Protocol):
     cost: int
     # Optional: ``accepts_functions = True`` lets a mod pass its own functions as
     # arguments; they arrive as :class:`FunctionHandle` objects.
+    # Optional: ``lane(call, args)``, tried first with the arguments exactly as lupa gives
+    # them (Lua strings as bytes, tables as Lua objects): it returns the results tuple, or
+    # ``None`` to send the call to ``__call__`` with the arguments as plain data.
 
     def __call__(self, call: HostCall, args: tuple[Any, ...]) -> tuple[Any, ...]: ...
 
@@ -605,14 +607,19 @@ class Sandbox:
             raise ConfigError(
                 "preempt needs jit=True: the count hook of jit=False cannot yield"
             )
-        self._host_functions: dict[bytes, HostFunction] = {}
-        for hf in host_functions:
-            key = hf.name.encode()
-            if key in self._host_functions:
+        # By position: the closure of host function i calls the dispatcher with i, a
+        # number, which crosses from Lua faster than a name.
+        self._host_functions: tuple[HostFunction, ...] = tuple(host_functions)
+        # A host function may offer a lane: tried first with the arguments as they come
+        # from Lua, it returns the results or None to send the call down the full path.
+        self._entries = tuple((hf, hf.name, getattr(hf, "lane", None))
+                              for hf in self._host_functions)
+        names = [hf.name for hf in self._host_functions]
+        for hf in self._host_functions:
+            if names.count(hf.name) > 1:
                 raise ConfigError(f"two host functions are named {hf.name!r}")
             if hf.name in ALLOWED_GLOBALS or hf.name in ALLOWED_LIBRARIES or hf.name == "_G":
                 raise ConfigError(f"host function {hf.name!r} would shadow a standard global")
-            self._host_functions[key] = hf
         suffix = secrets.token_hex(6)
         self._cell_name = f"__mb_n{suffix}"
         self._slow_name = f"__mb_s{suffix}"
@@ -686,8 +693,11 @@ class Sandbox:
         # The meter's clock: the host reads the same one to start each resume.
         self._clock = time.monotonic if host[b"clock"] == b"monotonic" else time.process_time
         closures = rt.table()
-        for key, hf in self._host_functions.items():
-            closures[key] = host[b"make_host_function"](key, hf.cost)
+        for i, hf in enumerate(self._host_functions):
+            closures[hf.name.encode()] = host[b"make_host_function"](i, hf.cost)
+        # The first value of a failed call's answer (the second is the message).
+        self._failed = host[b"host_failed"]
+        self._not_enough_memory = (self._failed, b"not enough memory")
         self._env = host[b"make_env"](_ENV_SPEC, closures)
         rt.set_max_memory(self.budget.max_memory + _HOST_HEADROOM_BYTES, total=True)
         self._current_limit = self.budget.max_memory + _HOST_HEADROOM_BYTES
@@ -1006,48 +1016,50 @@ class Sandbox:
 
     # -- host functions ------------------------------------------------------------------
 
-    def _dispatch(self, name: bytes, *args: Any) -> tuple[Any, ...]:
-        hf = self._host_functions.get(name)
-        if hf is None:  # unreachable: closures exist only for registered names
-            return (False, f"{_text(name)}: no such host function".encode())
+    def _dispatch(self, index: int, *args: Any) -> Any:
+        # The answer: the results themselves (one value as it is, several or none as a
+        # tuple lupa unpacks), or (the prelude's failure marker, message) on a failure.
+        hf, name, lane = self._entries[index]
         call = self._call
         call.run = self._running
-        call.name = hf.name
-        call.mod = None
+        call.name = name
         try:
             # The hot path of every binding call: kept flat on purpose.
-            for value in args:
-                if value is not None and type(value) not in _SCALARS:
-                    args = self._plain_arguments(args, hf)
-                    break
-            result = hf(call, args)
+            result = None if lane is None else lane(call, args)
+            if result is None:
+                call.mod = None
+                for value in args:
+                    if value is not None and type(value) not in _SCALARS:
+                        args = self._plain_arguments(args, hf)
+                        break
+                result = hf(call, args)
             if not result:
-                return _OK
+                return _NO_VALUES
             if len(result) == 1:  # the common case: one number, boolean or nil
                 value = result[0]
                 kind = type(value)
                 if value is None or kind is float or kind is bool or (
                     kind is int and -_MAX_EXACT_INT <= value <= _MAX_EXACT_INT
                 ):
-                    return (True, value)
+                    return value
             return self._results(result)
         except BindingError as exc:
             message = f"{hf.name}: {exc}"
             if exc.denied and call.run is not None and len(call.run._denials) < 64:
                 call.run._denials.add(message)
-            return (False, message.encode("utf-8", "replace"))
+            return (self._failed, message.encode("utf-8", "replace"))
         except lua.LuaMemoryError:
-            return _NOT_ENOUGH_MEMORY  # the mod's side turns it into a memory trip
+            return self._not_enough_memory  # the mod's side turns it into a memory trip
         except lua.LuaError as exc:
             if _TRIP_MESSAGE in str(exc):
                 # The meter tripped in the host's own Lua helpers (the count hook of
                 # jit=False can fire there): the mod's side re-raises the trip.
-                return (False, _TRIP_MESSAGE.encode())
+                return (self._failed, _TRIP_MESSAGE.encode())
             log.exception("host function %r failed", hf.name)
-            return (False, _HOST_BUG.format(hf.name).encode())
+            return (self._failed, _HOST_BUG.format(hf.name).encode())
         except Exception:
             log.exception("host function %r failed", hf.name)
-            return (False, _HOST_BUG.format(hf.name).encode())
+            return (self._failed, _HOST_BUG.format(hf.name).encode())
         finally:
             if self._clock() > self._deadline:
                 # One host call can take long for one step, and the meter polls the clock
@@ -1055,7 +1067,7 @@ class Sandbox:
                 self._h_expire()
 
     def _results(self, result: tuple[Any, ...]) -> tuple[Any, ...]:
-        out: list[Any] = [True]
+        out: list[Any] = []
         for value in result:
             # Every value goes back as a Lua value: an int lupa cannot convert would come
             # back to the mod as a Python exception object.

@@ -79,6 +79,7 @@ local m_chunks = {}         -- source name -> true, for every mod chunk loaded h
 -- The allocator enforces max_memory and alloc_bytes; the meter checks alloc_bytes too.
 local b_steps, b_wall_s, b_total_limit, b_preempt = 0, 0, -1, false
 local b_alloc_bytes, b_max_memory = 0, 0
+local host_call_max_kb = 0  -- a host call is refused above this heap (see make_host_function)
 
 -- Trip state: sticky until the next resume begins.
 local tripped = false
@@ -1029,9 +1030,12 @@ end
 -------------------------------------------------------------------------------------------
 -- Host functions: closures over the one dispatcher.
 -------------------------------------------------------------------------------------------
-local function finish(ok, ...)
-  if ok then return ... end
-  local err = ...
+-- The dispatcher answers with the results themselves (one value as it is, several as a
+-- tuple lupa unpacks), or with this marker first and the message second on a failure: the
+-- common call then crosses no extra value. Only the host holds the marker.
+local HOST_FAILED = setmetatable({}, { __metatable = false })
+
+local function fail(err)
   if type(err) ~= "string" then err = "host function failed" end  -- never a host object
   if not tripped and is_memory_error(err) then
     local limit, used = memory_trip_figures()
@@ -1039,6 +1043,11 @@ local function finish(ok, ...)
   end
   if tripped then raise_trip() end
   raise_here(err)
+end
+
+local function finish(...)
+  if ... == HOST_FAILED then return fail((select(2, ...))) end
+  return ...
 end
 
 -- lupa's metatable of Python objects: the dispatcher is the one Python object in this
@@ -1053,17 +1062,17 @@ end
 -- unwind through the Python interpreter.
 local HOST_CALL_MARGIN_KB = config.host_call_margin_bytes / 1024
 
-local function make_host_function(name, cost)
+local function make_host_function(id, cost)
   return function(...)
     local c = cell[0] - cost
     cell[0] = c
     if c < 0 then slow() end
     local kb = collectgarbage("count")
-    if kb > b_max_memory / 1024 - HOST_CALL_MARGIN_KB then
+    if kb > host_call_max_kb then
       set_trip("memory", b_max_memory, floor(kb * 1024))
       raise_trip()
     end
-    return finish(dispatch(name, ...))
+    return finish(dispatch(id, ...))
   end
 end
 
@@ -1103,9 +1112,11 @@ function host.make_env(spec, host_functions)
   return make_env(parse_spec(spec), host_functions)
 end
 
-function host.make_host_function(name, cost)
-  return make_host_function(name, cost)
+function host.make_host_function(id, cost)
+  return make_host_function(id, cost)
 end
+
+host.host_failed = HOST_FAILED
 
 function host.start(fn)
   next_run = next_run + 1
@@ -1220,6 +1231,7 @@ end
 function host.set_budget(steps, wall_s, total_limit, preempt, alloc_bytes, max_memory)
   b_steps, b_wall_s, b_total_limit, b_preempt = steps, wall_s, total_limit, preempt
   b_alloc_bytes, b_max_memory = alloc_bytes, max_memory
+  host_call_max_kb = max_memory / 1024 - HOST_CALL_MARGIN_KB
 end
 
 -- Resumes run `id` with a fresh budget. Returns the status, steps used, peak heap bytes,

@@ -1,0 +1,199 @@
+"""A fast path for validating simple arguments: a checker compiled from the model.
+
+pydantic validates a small model in about 1.5 µs and builds an instance while at it; a
+binding called many times per tick cannot afford that. For a model whose fields are all
+numbers, integers, strings, booleans or ``Any`` (with bounds and lengths at most), this
+module compiles a function that takes a full tuple of positional arguments and returns the
+values pydantic would produce, or ``None`` when it cannot vouch for them: a wrong type, a
+value outside a bound, a missing argument, anything unusual. ``None`` sends the call down
+the full pydantic path, which then decides and explains. The checker never refuses on its
+own, so it cannot disagree with pydantic about what is valid; it only declines.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import annotated_types
+from pydantic import BaseModel, Strict
+from pydantic.fields import FieldInfo
+from pydantic.types import AllowInfNan
+
+__all__ = ["fast_checker", "lane_factory"]
+
+Checker = Callable[[tuple[Any, ...]], "tuple[Any, ...] | None"]
+LaneFactory = Callable[..., Callable[[Any, tuple[Any, ...]], "tuple[Any, ...] | None"]]
+
+# Model settings that change nothing for exact scalar inputs.
+_HARMLESS_CONFIG = frozenset({
+    "extra", "title", "strict", "frozen", "json_schema_extra", "use_attribute_docstrings",
+    "protected_namespaces", "arbitrary_types_allowed", "validate_default",
+})
+# An int crosses from Lua within this range; past it, leave the conversion to pydantic.
+_INT_AS_FLOAT = 2**63
+
+# Each template checks `{v}` whose type is `t`, converts it where pydantic would, and
+# declines (returns None) otherwise. Strings may arrive as the bytes of a Lua string.
+_TEMPLATES = {
+    float: [
+        "if t is int:",
+        "    if not -INT_AS_FLOAT <= {v} <= INT_AS_FLOAT:",
+        "        return None",
+        "    {v} = float({v})",
+        "elif t is not float:",
+        "    return None",
+    ],
+    int: ["if t is not int:", "    return None"],
+    bool: ["if t is not bool:", "    return None"],
+    str: [
+        "if t is bytes:",
+        "    {v} = {v}.decode('utf-8', 'replace')",
+        "elif t is not str:",
+        "    return None",
+    ],
+    Any: [
+        "if t is bytes:",
+        "    {v} = {v}.decode('utf-8', 'replace')",
+        "elif not (t is float or t is int or t is str or t is bool):",
+        "    return None",
+    ],
+}
+
+
+def _checks(model: type[BaseModel]) -> tuple[list[str], list[str], dict[str, Any]] | None:
+    # The lines that check every field (v0, v1, ...), or None if the model is not simple.
+    if not set(model.model_config) <= _HARMLESS_CONFIG:
+        return None
+    decorators = model.__pydantic_decorators__
+    if (decorators.validators or decorators.field_validators or decorators.root_validators
+            or decorators.model_validators or model.__pydantic_post_init__ is not None):
+        return None
+    constants: dict[str, Any] = {"INT_AS_FLOAT": _INT_AS_FLOAT, "float": float, "len": len,
+                                 "type": type, "bytes": bytes}
+    lines: list[str] = []
+    names: list[str] = []
+    for i, info in enumerate(model.model_fields.values()):
+        body = _field_lines(f"v{i}", info, constants)
+        if body is None:
+            return None
+        lines += body
+        names.append(f"v{i}")
+    if not names:
+        return None
+    return lines, names, constants
+
+
+def _define(header: str, body: list[str], constants: dict[str, Any], name: str,
+            model: type[BaseModel]) -> Any:
+    # Constants and builtins arrive as defaults: locals are the fastest names to read.
+    defaults = ", ".join(f"{c}={c}" for c in constants)
+    source = "\n".join([header.format(defaults=defaults), *body])
+    namespace = dict(constants)
+    code = compile(source, f"<moonbox checker of {model.__name__}>", "exec")
+    exec(code, namespace)  # noqa: S102 - built from fixed templates and constant names
+    return namespace[name]
+
+
+def fast_checker(model: type[BaseModel]) -> Checker | None:
+    """A checker for ``model``'s fields in order, or ``None`` if the model is not simple.
+
+    The checker takes a tuple of positional arguments and returns the validated values,
+    or ``None`` to decline.
+    """
+    checks = _checks(model)
+    if checks is None:
+        return None
+    lines, names, constants = checks
+    body = [
+        f"    if len(args) != {len(names)}:",
+        "        return None",
+        f"    {', '.join(names)}, = args",
+        *(f"    {line}" for line in lines),
+        f"    return ({', '.join(names)},)",
+    ]
+    return _define("def check(args, {defaults}):", body, constants, "check", model)  # type: ignore[no-any-return]
+
+
+def lane_factory(model: type[BaseModel]) -> LaneFactory | None:
+    """For an unpacking binding with a simple model: a function that makes a mod's lane.
+
+    ``make(mf, registry, api, fn, results)`` returns ``lane(call, args)``: while
+    ``mf._lane_version`` is the registry's version (``mf`` sets it when the binding is
+    available with no hooks and no approval, -1 otherwise), it checks the arguments as they come from Lua, calls ``fn`` and returns the
+    results tuple (through ``results`` unless it is one plain value); else ``None``, and the
+    call takes the full path. One frame and no model between Lua and ``fn``.
+    """
+    checks = _checks(model)
+    if checks is None:
+        return None
+    lines, names, constants = checks
+    body = [
+        "    def lane(call, args):",
+        "        if mf._lane_version != registry._version:",
+        "            return None",
+        f"        if len(args) != {len(names)}:",
+        "            return None",
+        f"        {', '.join(names)}, = args",
+        *(f"        {line}" for line in lines),
+        "        call.mod = api",
+        f"        result = fn(call, {', '.join(names)})",
+        "        if type(result) is tuple or mf._has_result:",
+        "            return results(result)",
+        "        return () if result is None else (result,)",
+        "    return lane",
+    ]
+    return _define("def make(mf, registry, api, fn, results, {defaults}):", body, constants,  # type: ignore[no-any-return]
+                   "make", model)
+
+
+def _base(annotation: Any) -> Any:
+    # `X | None` and Optional[X] check as X: a None argument always takes the full path.
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        rest = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(rest) == 1:
+            return rest[0]
+        return None
+    return annotation
+
+
+def _field_lines(v: str, info: FieldInfo, constants: dict[str, Any]) -> list[str] | None:
+    if info.alias is not None or info.validation_alias is not None:
+        return None
+    base = _base(info.annotation)
+    if base not in _TEMPLATES:
+        return None
+    lines = [f"t = type({v})", *(line.format(v=v) for line in _TEMPLATES[base])]
+    number = base in (float, int)
+    for meta in info.metadata:
+        name = f"c{len(constants)}"
+        if isinstance(meta, Strict):
+            continue  # exact types are strict already
+        if number and isinstance(meta, annotated_types.Ge):
+            constants[name] = meta.ge
+            test = f"{v} >= {name}"
+        elif number and isinstance(meta, annotated_types.Gt):
+            constants[name] = meta.gt
+            test = f"{v} > {name}"
+        elif number and isinstance(meta, annotated_types.Le):
+            constants[name] = meta.le
+            test = f"{v} <= {name}"
+        elif number and isinstance(meta, annotated_types.Lt):
+            constants[name] = meta.lt
+            test = f"{v} < {name}"
+        elif base is str and isinstance(meta, annotated_types.MinLen):
+            constants[name] = meta.min_length
+            test = f"len({v}) >= {name}"
+        elif base is str and isinstance(meta, annotated_types.MaxLen):
+            constants[name] = meta.max_length
+            test = f"len({v}) <= {name}"
+        elif base is float and isinstance(meta, AllowInfNan):
+            if meta.allow_inf_nan:
+                continue  # the default
+            test = f"{v} - {v} == 0"  # finite: inf - inf and nan - nan are nan
+        else:
+            return None
+        lines += [f"if not ({test}):", "    return None"]
+    return lines
