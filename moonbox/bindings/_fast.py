@@ -122,9 +122,9 @@ def lane_factory(model: type[BaseModel]) -> LaneFactory | None:
 
     ``make(mf, registry, api, fn, results)`` returns ``lane(call, args)``: while
     ``mf._lane_version`` is the registry's version (``mf`` sets it when the binding is
-    available with no hooks and no approval, -1 otherwise), it checks the arguments as they come from Lua, calls ``fn`` and returns the
-    results tuple (through ``results`` unless it is one plain value); else ``None``, and the
-    call takes the full path. One frame and no model between Lua and ``fn``.
+    available with no hooks and no approval, -1 otherwise), it checks the arguments as they come from Lua, calls ``fn`` and returns its
+    result: one value as it is, else a tuple (through ``results``); or it returns ``None``
+    and the call takes the full path. One frame and no model between Lua and ``fn``.
     """
     checks = _checks(model)
     if checks is None:
@@ -142,7 +142,7 @@ def lane_factory(model: type[BaseModel]) -> LaneFactory | None:
         f"        result = fn(call, {', '.join(names)})",
         "        if type(result) is tuple or mf._has_result:",
         "            return results(result)",
-        "        return () if result is None else (result,)",
+        "        return () if result is None else result",
         "    return lane",
     ]
     return _define("def make(mf, registry, api, fn, results, {defaults}):", body, constants,  # type: ignore[no-any-return]

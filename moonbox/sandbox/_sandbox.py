@@ -289,8 +289,9 @@ class HostFunction(Protocol):
     # Optional: ``accepts_functions = True`` lets a mod pass its own functions as
     # arguments; they arrive as :class:`FunctionHandle` objects.
     # Optional: ``lane(call, args)``, tried first with the arguments exactly as lupa gives
-    # them (Lua strings as bytes, tables as Lua objects): it returns the results tuple, or
-    # ``None`` to send the call to ``__call__`` with the arguments as plain data.
+    # them (Lua strings as bytes, tables as Lua objects): it returns the results as a
+    # tuple, or one result that is neither a tuple nor None as it is, or ``None`` to send
+    # the call to ``__call__`` with the arguments as plain data.
 
     def __call__(self, call: HostCall, args: tuple[Any, ...]) -> tuple[Any, ...]: ...
 
@@ -1026,6 +1027,11 @@ class Sandbox:
         try:
             # The hot path of every binding call: kept flat on purpose.
             result = None if lane is None else lane(call, args)
+            kind = type(result)
+            if kind is float or kind is bool or (
+                kind is int and -_MAX_EXACT_INT <= result <= _MAX_EXACT_INT
+            ):
+                return result  # a lane's one number or boolean: the commonest answer
             if result is None:
                 call.mod = None
                 for value in args:
@@ -1033,6 +1039,8 @@ class Sandbox:
                         args = self._plain_arguments(args, hf)
                         break
                 result = hf(call, args)
+            elif kind is not tuple:
+                result = (result,)
             if not result:
                 return _NO_VALUES
             if len(result) == 1:  # the common case: one number, boolean or nil
