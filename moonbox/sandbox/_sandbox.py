@@ -74,7 +74,8 @@ _NO_VALUES = ()
 _MAX_EXACT_INT = 1 << 53  # past this an int crosses as a float (to_lua)
 _TRIP_MESSAGE = "moonbox: budget exceeded"  # what the prelude raises on a trip
 _HOST_BUG = "{}: the host failed to handle this call (a host bug, logged)"
-_STATUS: dict[bytes, Status] = {b"done": "done", b"yielded": "yielded"}
+# What a resume ended in, as the prelude's host.resume answers (the same numbers there).
+_YIELDED, _DONE, _PREEMPTED, _BUDGET, _FAILED, _BAD_VALUE = 1, 2, 3, 4, 5, 6
 
 
 # At most this many arguments of a resume cross without conversion.
@@ -428,6 +429,43 @@ class Run:
         """
         # The hot path of every tick of every mod: kept flat on purpose.
         sb = self.sandbox
+        if (args or budget is not None or not self._open or sb._running is not None
+                or sb._lua_budget is not sb.budget or sb._current_limit != sb._fixed_limit
+                or sb._dropped):
+            return self._resume(args, budget)
+        # The steady state: no arguments, the sandbox's budget already in Lua, its fixed
+        # heap limit in force, nothing to free first. What _resume does, minus the checks.
+        first = len(self.reports)
+        sb._running = self
+        start = sb._clock()
+        sb._start = start
+        sb._deadline = start + sb.budget.wall_s
+        try:
+            res = sb._h_resume(self._id, start, False)
+        except lua.LuaMemoryError:
+            res = None
+        except lua.LuaError as exc:
+            sb._loosen()
+            raise HostError(f"moonbox failed while resuming {self.chunk.name}: {exc}") from exc
+        finally:
+            sb._running = None
+        wall = sb._clock() - start
+        self.resumes += 1
+        self._wall_s += wall
+        if type(res) is tuple and len(res) == 3 and res[0] == _YIELDED:
+            steps, peak = res[1], res[2]
+            self._steps += steps
+            if peak > self._peak:
+                self._peak = peak
+            self.status = "yielded"
+            reports = self.reports
+            return _tuple_new(Outcome, ("yielded", (), None,
+                                        tuple(reports[first:]) if len(reports) > first else (),
+                                        _tuple_new(Stats, (steps, peak, wall))))
+        return self._ended(res, first, wall, False, sb.budget)
+
+    def _resume(self, args: tuple[Any, ...], budget: Budget | None) -> Outcome:
+        sb = self.sandbox
         if not self._open or sb._running is not None:
             self._refuse()
         if budget is None:
@@ -483,7 +521,7 @@ class Run:
         wall = sb._clock() - start
         self.resumes += 1
         self._wall_s += wall
-        if type(res) is tuple and res[0] == b"yielded":
+        if type(res) is tuple and res[0] == _YIELDED:
             steps, peak = res[1], res[2]
             self._steps += steps
             if peak > self._peak:
@@ -501,6 +539,12 @@ class Run:
             # tuple.__new__ skips the NamedTuple constructors.
             return _tuple_new(Outcome, ("yielded", values, None, new,
                                         _tuple_new(Stats, (steps, peak, wall))))
+        return self._ended(res, first, wall, growth_limited, budget)
+
+    def _ended(self, res: Any, first: int, wall: float, growth_limited: bool,
+               budget: Budget) -> Outcome:
+        # Any outcome but a plain yield: values to copy, an error, a trip, the end.
+        sb = self.sandbox
         outcome = sb._outcome(self, res, first, wall,
                               budget.alloc_bytes if growth_limited else budget.max_memory)
         stats = outcome.stats
@@ -584,6 +628,19 @@ class Sandbox:
         ConfigError: an option that cannot be enforced (``preempt`` without the JIT
             instrumentation, two host functions with one name, a reserved name).
     """
+
+    # Slots: the resume and the dispatcher read a dozen of these per call, and a slot is
+    # the fastest attribute CPython has (a class this size otherwise gets a plain dict).
+    __slots__ = (
+        "_call", "_cell_name", "_clock", "_closed", "_current_limit", "_deadline", "_dropped",
+        "_entries", "_env", "_excluded_s", "_excluded_start", "_failed", "_fixed_limit",
+        "_generation", "_h_check_argument", "_h_close", "_h_compile", "_h_drop_kept",
+        "_h_expire", "_h_extend", "_h_keep_function", "_h_kept_count", "_h_resume",
+        "_h_set_budget", "_h_start", "_h_start_kept", "_h_type", "_host_functions", "_limit",
+        "_loose_limit", "_lua_budget", "_not_enough_memory", "_rt", "_running", "_runs",
+        "_slow_name", "_start", "budget", "deterministic", "jit", "preempt", "replacements",
+        "seed", "value_limits", "__weakref__",
+    )
 
     def __init__(
         self,
@@ -718,10 +775,12 @@ class Sandbox:
             run._open = False
         self._runs.clear()
         # Drop every handle into the runtime so lupa can free it now.
-        for name in [n for n in vars(self) if n.startswith("_h_")]:
-            setattr(self, name, None)
+        for name in self.__slots__:
+            if name.startswith("_h_"):
+                setattr(self, name, None)
         self._rt = None  # type: ignore[assignment]
         self._env = None
+        self._failed = self._not_enough_memory = None
 
     def __enter__(self) -> Sandbox:
         return self
@@ -940,18 +999,18 @@ class Sandbox:
             raise SandboxClosed(f"the run of {run.chunk.name} is finished")
         status = res[0]
         stats = Stats(int(res[1]), int(res[2]), wall)
-        if status == b"yielded" or status == b"done":
+        if status == _YIELDED or status == _DONE:
             values = () if len(res) == 3 else _values(res)
-            return Outcome(_STATUS[status], values, None, reports, stats)
-        if status == b"preempted":
+            return Outcome("done" if status == _DONE else "yielded", values, None, reports, stats)
+        if status == _PREEMPTED:
             return Outcome("preempted", (), None, reports, stats)
-        if status == b"bad_value":
-            what = "returned" if res[4] == b"done" else "yielded"
+        if status == _BAD_VALUE:
+            what = "returned" if res[4] == _DONE else "yielded"
             msg = _text(res[3]).replace("value", f"the {what} value", 1)
             return Outcome("error", (), ScriptError(msg, chunk=run.chunk.name), reports, stats)
         info = res[3]
         frames = self._frames(info[b"traceback"])
-        if status == b"budget":
+        if status == _BUDGET:
             err = self._budget_error(info, frames, run.chunk.name)
             if err.budget == "memory":
                 self._after_memory_trip(run)

@@ -1183,6 +1183,10 @@ local function check_values(...)
   return nil
 end
 
+-- What a resume ended in, as the first value host.resume returns: small numbers, which
+-- cross to Python without an allocation (the host's _sandbox.py has the same table).
+local YIELDED, DONE, PREEMPTED, BUDGET, FAILED, BAD_VALUE, CLOSED = 1, 2, 3, 4, 5, 6, 7
+
 local function finish_resume(run, ok, ...)
   m_active = false
   account()
@@ -1209,22 +1213,22 @@ local function finish_resume(run, ok, ...)
         if frames[i].line then t_chunk, t_line = frames[i].chunk, frames[i].line break end
       end
     end
-    return "budget", stats_steps, stats_peak, {
+    return BUDGET, stats_steps, stats_peak, {
       kind = t_kind, limit = t_limit, used = t_used, chunk = t_chunk, line = t_line,
       traceback = frames,
     }
   end
   if not ok then
-    return "error", stats_steps, stats_peak, {
+    return FAILED, stats_steps, stats_peak, {
       message = error_text((...)), traceback = frames_of(run.co, run.main),
     }
   end
   if (...) == PREEMPT and select("#", ...) == 1 and co_status(run.co) == "suspended" then
-    return "preempted", stats_steps, stats_peak, nil
+    return PREEMPTED, stats_steps, stats_peak, nil
   end
-  local status = co_status(run.co) == "dead" and "done" or "yielded"
+  local status = co_status(run.co) == "dead" and DONE or YIELDED
   local problem = check_values(...)
-  if problem then return "bad_value", stats_steps, stats_peak, problem, status end
+  if problem then return BAD_VALUE, stats_steps, stats_peak, problem, status end
   return status, stats_steps, stats_peak, ...
 end
 
@@ -1239,8 +1243,8 @@ end
 -- message for bad_value).
 function host.resume(id, start, growth_limited, ...)
   local run = runs[id]
-  if not run then return "closed" end
-  if co_status(run.co) == "dead" then return "closed" end
+  if not run then return CLOSED end
+  if co_status(run.co) == "dead" then return CLOSED end
   tripped = false
   t_kind, t_chunk, t_line = nil, nil, nil
   c_depth = 0

@@ -18,7 +18,7 @@ import sys
 import pytest
 
 import moonbox
-from moonbox import Budget, Sandbox, ValueLimits
+from moonbox import Budget, Sandbox, ValueLimits, default_bindings
 
 
 def _sandbox(jit: bool, budget: Budget | None = None, **kwargs) -> Sandbox:
@@ -153,9 +153,19 @@ def test_a_directory_among_the_files_is_a_host_record(tmp_path):
 
 
 def test_closing_a_sandbox_drops_every_handle_into_its_runtime():
-    sb = Sandbox()
+    sb = Sandbox(host_functions=default_bindings())
+    assert sb.run("return add(1, 2)").value == 3
+
+    def lupa_objects(value):
+        if isinstance(value, (tuple, list)):
+            return [o for v in value for o in lupa_objects(v)]
+        return [value] if type(value).__module__.startswith("lupa") else []
+
+    held = {name: lupa_objects(getattr(sb, name, None)) for name in Sandbox.__slots__}
+    assert any(held.values())  # the check sees the runtime's objects while it is open
     sb.close()
-    assert all(v is None for k, v in vars(sb).items() if k.startswith("_h_"))
+    held = {name: lupa_objects(getattr(sb, name, None)) for name in Sandbox.__slots__}
+    assert not any(held.values()), held
 
 
 
