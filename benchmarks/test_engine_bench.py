@@ -65,6 +65,56 @@ def test_tick_with_no_mods(benchmark: Any) -> None:
         benchmark(game.tick)
 
 
+# The floor under any engine with one runtime per mod: raw LuaJIT (no sandbox, no meter,
+# no validation), one runtime per mod, the same handler as "full" behind a coroutine, the
+# world a dict and the two calls bare Python callbacks. What separates it from a single
+# runtime is that every call lands in a runtime the CPU caches no longer hold.
+_RAW_MOD = """local pos, change, me = ...
+local function handler(t)
+  local x = pos(me)
+  if x then change(me, {x = (x + 1) % 100}) end
+end
+return coroutine.wrap(function()
+  while true do handler(coroutine.yield()) end
+end)"""
+
+
+class RawFloor:
+    """``mods`` raw LuaJIT runtimes, each handling ``tick`` as the "full" variant does."""
+
+    def __init__(self, mods: int) -> None:
+        from moonbox._bench import raw_luajit
+
+        self.positions = {f"e-m{i}": 0 for i in range(mods)}
+        self.pending: list[tuple[str, Any]] = []
+        self.runtimes = [raw_luajit() for _ in range(mods)]
+        self.steps = []
+        for i, rt in enumerate(self.runtimes):
+            step = rt.execute(_RAW_MOD, self.positions.get, self._change, f"e-m{i}")
+            step()  # to the first yield
+            self.steps.append(step)
+
+    def _change(self, name: Any, fields: Any) -> None:
+        self.pending.append((name, fields["x"]))
+
+    def tick(self, t: int = 0) -> int:
+        for step in self.steps:
+            step(t)
+        for name, x in self.pending:
+            self.positions[name] = x
+        calls = len(self.steps)
+        self.pending.clear()
+        return calls
+
+
+def test_raw_floor_of_1000_mods(benchmark: Any) -> None:
+    """The same tick in raw LuaJIT, one runtime per mod: no engine can beat this."""
+    benchmark.group = "one tick of 1,000 mods"
+    floor = RawFloor(1000)
+    assert benchmark.pedantic(floor.tick, rounds=5, iterations=1) == 1000
+    assert floor.positions["e-m0"] > 0
+
+
 def report(mods: int = 1000, ticks: int = 10) -> None:
     """Print calls per CPU second for each variant (CPU time: the machine may be shared)."""
     for variant in HANDLERS:
@@ -80,6 +130,13 @@ def report(mods: int = 1000, ticks: int = 10) -> None:
             game.close()
         print(f"{variant:6} {mods} mods x {ticks} ticks: {calls / cpu:9,.0f} calls per CPU s "
               f"({cpu / calls * 1e6:5.1f} us/call; wall {calls / wall:9,.0f}/s)")
+    floor = RawFloor(mods)
+    calls, cpu0 = 0, time.process_time()
+    for t in range(ticks):
+        calls += floor.tick(t)
+    cpu = time.process_time() - cpu0
+    print(f"raw LuaJIT floor, {mods} runtimes x {ticks} ticks: {calls / cpu:9,.0f} calls per "
+          f"CPU s ({cpu / calls * 1e6:5.1f} us/call)")
     with Game() as game:
         n = 20_000
         cpu0 = time.process_time()

@@ -429,19 +429,35 @@ class Run:
         """
         # The hot path of every tick of every mod: kept flat on purpose.
         sb = self.sandbox
-        if (args or budget is not None or not self._open or sb._running is not None
-                or sb._lua_budget is not sb.budget or sb._current_limit != sb._fixed_limit
-                or sb._dropped):
+        if (budget is not None or not self._open or sb._running is not None
+                or sb._lua_budget is not sb.budget or sb._dropped
+                or (args and (len(args) > _FAST_ARGS or not _all_scalar(args)))):
             return self._resume(args, budget)
-        # The steady state: no arguments, the sandbox's budget already in Lua, its fixed
-        # heap limit in force, nothing to free first. What _resume does, minus the checks.
+        # The steady state: the sandbox's budget already in Lua, nothing to free first, a
+        # few numbers, booleans or nils as arguments (they cross as they are). What _resume
+        # does, minus the checks.
+        budget = sb.budget
+        limit = sb._fixed_limit  # sb._limit is this already
+        growth_limited = False
+        if limit is None:  # see _resume
+            limit = sb._rt.get_memory_used(True) + budget.alloc_bytes
+            growth_limited = limit < budget.max_memory
+            if not growth_limited:
+                limit = budget.max_memory
+            sb._limit = limit
+        if sb._current_limit != limit:
+            sb._rt.set_max_memory(limit, True)
+            sb._current_limit = limit
         first = len(self.reports)
         sb._running = self
         start = sb._clock()
         sb._start = start
-        sb._deadline = start + sb.budget.wall_s
+        sb._deadline = start + budget.wall_s
         try:
-            res = sb._h_resume(self._id, start, False)
+            if args:
+                res = sb._h_resume(self._id, start, growth_limited, *args)
+            else:
+                res = sb._h_resume(self._id, start, growth_limited)
         except lua.LuaMemoryError:
             res = None
         except lua.LuaError as exc:
@@ -452,17 +468,23 @@ class Run:
         wall = sb._clock() - start
         self.resumes += 1
         self._wall_s += wall
-        if type(res) is tuple and len(res) == 3 and res[0] == _YIELDED:
+        if type(res) is tuple and res[0] == _YIELDED:
+            if len(res) == 3:
+                values: tuple[Any, ...] = ()
+            elif _all_scalar(res, 3):
+                values = res[3:]  # numbers, booleans, nils: nothing to copy
+            else:
+                return self._ended(res, first, wall, growth_limited, budget)
             steps, peak = res[1], res[2]
             self._steps += steps
             if peak > self._peak:
                 self._peak = peak
             self.status = "yielded"
             reports = self.reports
-            return _tuple_new(Outcome, ("yielded", (), None,
+            return _tuple_new(Outcome, ("yielded", values, None,
                                         tuple(reports[first:]) if len(reports) > first else (),
                                         _tuple_new(Stats, (steps, peak, wall))))
-        return self._ended(res, first, wall, False, sb.budget)
+        return self._ended(res, first, wall, growth_limited, budget)
 
     def _resume(self, args: tuple[Any, ...], budget: Budget | None) -> Outcome:
         sb = self.sandbox
@@ -636,7 +658,7 @@ class Sandbox:
         "_entries", "_env", "_excluded_s", "_excluded_start", "_failed", "_fixed_limit",
         "_generation", "_h_check_argument", "_h_close", "_h_compile", "_h_drop_kept",
         "_h_expire", "_h_extend", "_h_keep_function", "_h_kept_count", "_h_resume",
-        "_h_set_budget", "_h_start", "_h_start_kept", "_h_type", "_host_functions", "_limit",
+        "_h_set_budget", "_h_start", "_h_start_kept", "_host_functions", "_limit",
         "_loose_limit", "_lua_budget", "_not_enough_memory", "_rt", "_running", "_runs",
         "_slow_name", "_start", "budget", "deterministic", "jit", "preempt", "replacements",
         "seed", "value_limits", "__weakref__",
@@ -733,7 +755,6 @@ class Sandbox:
         self._h_set_budget = host[b"set_budget"]
         self._h_expire = host[b"expire"]
         self._limit = self.budget.max_memory
-        self._h_type = host[b"type_of"]
         self._h_keep_function = host[b"keep_function"]
         self._h_start_kept = host[b"start_kept"]
         self._h_drop_kept = host[b"drop_kept"]
@@ -1176,7 +1197,7 @@ class Sandbox:
     def _argument(self, value: Any, index: int, hf: HostFunction) -> Any:
         # A Lua object (scalars never get here): a table of plain data, a function of the
         # mod for a host function that takes callbacks, or refused.
-        kind = _text(self._h_type(value))
+        kind = lua.lua_type(value)  # lupa's own check: no call into the runtime
         if kind == "function" and getattr(hf, "accepts_functions", False):
             kept = self._h_keep_function(value)
             if type(kept) is not tuple:

@@ -1300,10 +1300,6 @@ function host.extend(seconds)
   if m_active then m_deadline = m_deadline + seconds end
 end
 
-function host.type_of(value)
-  return type(value)
-end
-
 host.clock = CLOCK
 
 -- The `python` module lupa installs is removed from the runtime entirely.

@@ -121,24 +121,26 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
                 raise BindingError(f"{exc} [{exc.code}]", reason=exc.code) from None
         return run
 
-    def exists(call: HostCall, args: NameArgs) -> bool:
+    # The reads take their arguments unpacked: a handler reads the world every tick, and
+    # an unpacking binding with simple fields skips building a model (see Binding.unpack).
+    def exists(call: HostCall, name: str) -> bool:
         """Whether an entity of that name exists (applied state)."""
-        return get_world().exists(args.name)
+        return get_world().exists(name)
 
-    def pos(call: HostCall, args: NameArgs) -> tuple[Any, ...]:
+    def pos(call: HostCall, name: str) -> tuple[Any, ...]:
         """x, y, z of the entity, or nil."""
-        p = get_world().position(args.name)
+        p = get_world().position(name)
         return (None,) if p is None else p
 
-    def get(call: HostCall, args: NameArgs) -> Any:
+    def get(call: HostCall, name: str) -> Any:
         """The entity as a table, or nil."""
         w = get_world()
-        e = w.get(args.name)
+        e = w.get(name)
         return None if e is None else entity_table(e, w)
 
-    def find(call: HostCall, args: FindArgs) -> list[str]:
+    def find(call: HostCall, text: str, limit: int) -> list[str]:
         """Names containing text, ignoring case, by id (at most limit, <= 100)."""
-        return get_world().find(args.text, args.limit)
+        return get_world().find(text, limit)
 
     def list_prefabs(call: HostCall, args: NoArgs) -> list[dict[str, Any]]:
         """The prefabs that may be spawned: name, description, properties with defaults."""
@@ -168,10 +170,10 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
                 "z": args.z + uz * distance}
 
     def make(name: str, args: Any, fn: Callable[..., Any], risk: str, cost: int,
-             description: str = "") -> Binding:
+             description: str = "", *, unpack: bool = False) -> Binding:
         doc = description or (fn.__doc__ or "").strip().split("\n")[0]
         return Binding(f"coreai_world_{name}", args, fn, risk=risk, group="world",  # type: ignore[arg-type]
-                       cost=cost, description=doc)
+                       cost=cost, description=doc, unpack=unpack)
 
     return (
         make("spawn", SpawnArgs, spawn, "write", 2),
@@ -186,10 +188,10 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
              "Queue the open transaction, applied all or none; returns its size."),
         make("rollback", NoArgs, tx("rollback"), "write", 1,
              "Drop the open transaction; returns how many commands it held."),
-        make("exists", NameArgs, exists, "read", 1),
-        make("pos", NameArgs, pos, "read", 1),
-        make("get", NameArgs, get, "read", 2),
-        make("find", FindArgs, find, "read", 10),
+        make("exists", NameArgs, exists, "read", 1, unpack=True),
+        make("pos", NameArgs, pos, "read", 1, unpack=True),
+        make("get", NameArgs, get, "read", 2, unpack=True),
+        make("find", FindArgs, find, "read", 10, unpack=True),
         make("list_prefabs", NoArgs, list_prefabs, "read", 5),
         make("raycast", RaycastArgs, raycast, "read", 10),
     )

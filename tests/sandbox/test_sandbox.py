@@ -196,6 +196,41 @@ def test_values_pass_both_ways_through_yield(make_sandbox):
     assert run.finished
 
 
+@pytest.mark.parametrize("budget", [
+    Budget(),                                            # a fixed heap limit
+    Budget(alloc_bytes="1MB", max_memory="32MB"),        # a per-resume growth allowance
+], ids=["fixed", "growth"])
+def test_every_kind_of_resume_keeps_the_same_accounts(make_sandbox, budget):
+    # Steady resumes (scalar arguments, no budget given) and the others (tables, a budget
+    # given) take different paths in the host: the mod sees the same, the counts add up.
+    sb = make_sandbox(budget)
+    src = """
+    local got = {}
+    local a, b = ...
+    got[#got + 1] = a + b
+    while true do
+      local x, y, z = coroutine.yield(#got, got[#got])
+      if x == "stop" then return got end
+      got[#got + 1] = type(x) == "table" and x.n or (x + (y or 0) + (z and 1 or 0))
+      if x == 99 then local big = string.rep("x", 4 * 1024 * 1024) got.big = big end
+    end
+    """
+    run = sb.start(src, "@accounts.lua")
+    outs = [run.resume(1, 2), run.resume(3, 4, True), run.resume({"n": 7}),
+            run.resume(5, budget=budget), run.resume(2**53, None, False), run.resume(6)]
+    assert [o.values for o in outs] == [(1, 3), (2, 8), (3, 7), (4, 5), (5, 2**53), (6, 6)]
+    assert all(o.status == "yielded" and o.stats.steps >= 0 for o in outs)
+    assert run.resumes == 6
+    assert run.stats.steps == sum(o.stats.steps for o in outs)
+    assert run.stats.memory_peak_bytes == max(o.stats.memory_peak_bytes for o in outs)
+    tripped = run.resume(99)  # 4 MB in one resume: past a 1 MB allowance, within the cap
+    if budget.alloc_bytes < budget.max_memory:
+        assert tripped.status == "budget" and tripped.budget == "memory"
+    else:
+        assert tripped.status == "yielded"
+        assert run.resume("stop").status == "done"
+
+
 def test_finish_resumes_until_done_and_sums(make_sandbox):
     sb = make_sandbox()
     run = sb.start("for i = 1, 3 do report(i) coroutine.yield() end return 'end'")

@@ -66,6 +66,16 @@ def test_writes_queue_and_return_ids(world, mod_sandbox):
     ('coreai_world_raycast{x = 1/0, y = 0, z = 0, dx = 1, dy = 0, dz = 0}', "argument x"),
     ('coreai_world_raycast{x = 0, y = 0, z = 0, dx = 0, dy = 0, dz = 0}', "non-zero"),
     ('coreai_world_pos({})', "argument name: missing"),
+    # The reads run on a lane (unpacked arguments): whatever it declines fails as before.
+    ('coreai_world_pos(3)', "argument name: expected a string, got number"),
+    ('coreai_world_pos(true)', "argument name: expected a string, got boolean"),
+    ('coreai_world_pos(0/0)', "argument name: expected a string, got number"),
+    ('coreai_world_pos("a", "b")', "expected at most 1 argument, got 2"),
+    ('coreai_world_exists(string.rep("x", 300))', "argument name"),
+    ('coreai_world_get(print)', "a function cannot cross"),
+    ('coreai_world_find("a", 1.5)', "argument limit"),
+    ('coreai_world_find("a", true)', "argument limit"),
+    ('coreai_world_find("a", 0)', "argument limit"),
     ('local t = {} t.t = t coreai_world_spawn(t)', "cycle"),
 ])
 def test_wrong_types_fail_the_call_with_one_line(world, mod_sandbox, call, message):
