@@ -72,6 +72,7 @@ _SCALARS = frozenset({bool, int, float})
 _tuple_new = tuple.__new__
 _NO_VALUES = ()
 _MAX_EXACT_INT = 1 << 53  # past this an int crosses as a float (to_lua)
+_MIN_EXACT_INT = -_MAX_EXACT_INT
 _TRIP_MESSAGE = "moonbox: budget exceeded"  # what the prelude raises on a trip
 _HOST_BUG = "{}: the host failed to handle this call (a host bug, logged)"
 # What a resume ended in, as the prelude's host.resume answers (the same numbers there).
@@ -84,12 +85,14 @@ _FAST_ARGS = 8
 
 def _all_scalar(values: tuple[Any, ...], start: int = 0) -> bool:
     """Only numbers that are exact in Lua, booleans and nils, from ``start`` on."""
-    for i in range(start, len(values)):
-        v = values[i]
+    # Iterated directly (a range and indexing cost several times more per value).
+    for v in values[start:] if start else values:
         kind = type(v)
-        if not (v is None or kind is float or kind is bool or (
-                kind is int and -_MAX_EXACT_INT <= v <= _MAX_EXACT_INT)):
-            return False
+        if kind is float or v is None or kind is bool:
+            continue
+        if kind is int and _MIN_EXACT_INT <= v <= _MAX_EXACT_INT:
+            continue
+        return False
     return True
 
 
@@ -430,9 +433,16 @@ class Run:
         # The hot path of every tick of every mod: kept flat on purpose.
         sb = self.sandbox
         if (budget is not None or not self._open or sb._running is not None
-                or sb._lua_budget is not sb.budget or sb._dropped
-                or (args and (len(args) > _FAST_ARGS or not _all_scalar(args)))):
+                or sb._lua_budget is not sb.budget or sb._dropped):
             return self._resume(args, budget)
+        if args:
+            if len(args) > _FAST_ARGS:
+                return self._resume(args, budget)
+            for v in args:  # _all_scalar, inline: this runs on every handler call
+                kind = type(v)
+                if not (kind is float or v is None or kind is bool or (
+                        kind is int and _MIN_EXACT_INT <= v <= _MAX_EXACT_INT)):
+                    return self._resume(args, budget)
         # The steady state: the sandbox's budget already in Lua, nothing to free first, a
         # few numbers, booleans or nils as arguments (they cross as they are). What _resume
         # does, minus the checks.
@@ -471,10 +481,13 @@ class Run:
         if type(res) is tuple and res[0] == _YIELDED:
             if len(res) == 3:
                 values: tuple[Any, ...] = ()
-            elif _all_scalar(res, 3):
-                values = res[3:]  # numbers, booleans, nils: nothing to copy
             else:
-                return self._ended(res, first, wall, growth_limited, budget)
+                values = res[3:]
+                for v in values:  # numbers, booleans, nils cross as they are: no copy
+                    kind = type(v)
+                    if not (kind is float or v is None or kind is bool or (
+                            kind is int and _MIN_EXACT_INT <= v <= _MAX_EXACT_INT)):
+                        return self._ended(res, first, wall, growth_limited, budget)
             steps, peak = res[1], res[2]
             self._steps += steps
             if peak > self._peak:
@@ -1109,7 +1122,7 @@ class Sandbox:
             result = None if lane is None else lane(call, args)
             kind = type(result)
             if kind is float or kind is bool or (
-                kind is int and -_MAX_EXACT_INT <= result <= _MAX_EXACT_INT
+                kind is int and _MIN_EXACT_INT <= result <= _MAX_EXACT_INT
             ):
                 return result  # a lane's one number or boolean: the commonest answer
             if result is None:
@@ -1127,7 +1140,7 @@ class Sandbox:
                 value = result[0]
                 kind = type(value)
                 if value is None or kind is float or kind is bool or (
-                    kind is int and -_MAX_EXACT_INT <= value <= _MAX_EXACT_INT
+                    kind is int and _MIN_EXACT_INT <= value <= _MAX_EXACT_INT
                 ):
                     return value
             return self._results(result)
@@ -1162,7 +1175,7 @@ class Sandbox:
             kind = type(value)
             if value is None or kind is float or kind is bool or kind is bytes:
                 out.append(value)
-            elif kind is int and -_MAX_EXACT_INT <= value <= _MAX_EXACT_INT:
+            elif kind is int and _MIN_EXACT_INT <= value <= _MAX_EXACT_INT:
                 out.append(value)
             elif kind is int or kind is str:
                 out.append(to_lua(self._rt, value))
