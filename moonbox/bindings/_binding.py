@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import re
 import typing
 from collections.abc import Callable
@@ -153,6 +154,10 @@ class Binding:
         object.__setattr__(self, "_field_set", frozenset(fields))
         object.__setattr__(self, "_validate", self.args.__pydantic_validator__.validate_python)
         object.__setattr__(self, "_positional", _positional_mapper(fields))
+        # The field values of a model, in order, as a tuple (one C call, no frame).
+        getter = operator.attrgetter(*fields) if fields else (lambda model: ())
+        object.__setattr__(self, "_field_values",
+                           (lambda model: (getter(model),)) if len(fields) == 1 else getter)
         # Used only by unpacking bindings: for a model it would have to build the instance.
         object.__setattr__(self, "_fast", fast_checker(self.args) if self.unpack else None)
         object.__setattr__(self, "_lane_factory", lane_factory(self.args) if self.unpack else None)
@@ -207,12 +212,12 @@ class Binding:
             if checked is not None:
                 return checked  # type: ignore[no-any-return]
         model = self.validate(args)
-        return tuple([getattr(model, name) for name in self._fields])  # type: ignore[attr-defined]
+        return self._field_values(model)  # type: ignore[attr-defined,no-any-return]
 
     def invoke(self, call: HostCall, model: BaseModel) -> Any:
         """Call ``fn`` with validated arguments, as a model or unpacked as ``unpack`` says."""
         if self.unpack:
-            return self.fn(call, *[getattr(model, name) for name in self._fields])  # type: ignore[attr-defined]
+            return self.fn(call, *self._field_values(model))  # type: ignore[attr-defined]
         return self.fn(call, model)
 
     def results(self, value: Any) -> tuple[Any, ...]:

@@ -96,6 +96,31 @@ def _all_scalar(values: tuple[Any, ...], start: int = 0) -> bool:
     return True
 
 
+def _from_pairs(flat: Any) -> Any:
+    """The plain data of a flat table from its pairs (``n, k1, v1, ...``), as to_python
+    copies it: keys exactly 1..n make a list, others a dict; strings decoded."""
+    if type(flat) is not tuple:  # n == 0: an empty table
+        return {}
+    n = flat[0]
+    out: dict[Any, Any] = {}
+    listed = True
+    # One plain loop: comprehensions and generators each cost a frame, several times
+    # this whole function for the one- or two-entry tables this path serves.
+    for i in range(1, 2 * n, 2):
+        k, v = flat[i], flat[i + 1]
+        if type(v) is bytes:
+            v = v.decode("utf-8", "replace")
+        if type(k) is bytes:
+            k = k.decode("utf-8", "replace")
+            listed = False
+        elif listed and not (type(k) is int and 1 <= k <= n):
+            listed = False
+        out[k] = v
+    if listed:  # n distinct keys, each in 1..n
+        return [out[i] for i in range(1, n + 1)]
+    return out
+
+
 def _values(res: tuple[Any, ...]) -> tuple[Any, ...]:
     # Values from the 4th on, checked in Lua already: scalars as they are, the rest copied.
     return tuple([v if v is None or type(v) in _SCALARS else to_python(v) for v in res[3:]])
@@ -670,7 +695,7 @@ class Sandbox:
         "_call", "_cell_name", "_clock", "_closed", "_current_limit", "_deadline", "_dropped",
         "_entries", "_env", "_excluded_s", "_excluded_start", "_failed", "_fixed_limit",
         "_generation", "_h_check_argument", "_h_close", "_h_compile", "_h_drop_kept",
-        "_h_expire", "_h_extend", "_h_keep_function", "_h_kept_count", "_h_resume",
+        "_h_expire", "_h_extend", "_h_flat_argument", "_h_keep_function", "_h_kept_count", "_h_resume",
         "_h_set_budget", "_h_start", "_h_start_kept", "_host_functions", "_limit",
         "_loose_limit", "_lua_budget", "_not_enough_memory", "_rt", "_running", "_runs",
         "_slow_name", "_start", "budget", "deterministic", "jit", "preempt", "replacements",
@@ -779,6 +804,7 @@ class Sandbox:
         self._excluded_s = 0.0
         self._h_extend = host[b"extend"]
         self._h_check_argument = host[b"check_argument"]
+        self._h_flat_argument = host[b"flat_argument"]
         self._lua_budget: Budget | None = None
         self._fixed_limit: int | None = None
         self._loose_limit = self.budget.max_memory + _HOST_HEADROOM_BYTES
@@ -1221,6 +1247,9 @@ class Sandbox:
                                   self._generation)
         if kind != "table":
             raise BindingError(f"argument {index}: a {kind} cannot cross to the host")
+        flat = self._h_flat_argument(value)
+        if flat is not None:  # a small table of scalars: its pairs, in one call
+            return _from_pairs(flat)
         problem = self._h_check_argument(value)
         if problem is not None:
             raise BindingError(_text(problem).replace("value", f"argument {index}", 1))

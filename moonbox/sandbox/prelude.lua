@@ -1284,6 +1284,46 @@ function host.check_argument(value)
   return problem
 end
 
+-- A flat table argument (the common case: `{x = 1, name = "a"}`) in one call: its pairs
+-- as multiple values after their count, when it has at most FLAT_MAX entries, string or
+-- number keys and boolean, number or string values, within the byte limit; else nil (and
+-- the host takes check_argument's way). Charged as check_argument charges.
+local FLAT_MAX = 16
+local flat = {}
+local function flat_pairs(t)
+  local n, bytes = 0, 0
+  local k, v = next(t)
+  while k ~= nil do
+    n = n + 1
+    if n > FLAT_MAX then return nil end
+    local tk, tv = type(k), type(v)
+    if tk == "string" then
+      bytes = bytes + #k
+    elseif tk ~= "number" then
+      return nil
+    end
+    if tv == "string" then
+      bytes = bytes + #v
+    elseif tv ~= "number" and tv ~= "boolean" then
+      return nil
+    end
+    flat[2 * n - 1], flat[2 * n] = k, v
+    k, v = next(t, k)
+  end
+  if bytes > VALUE_MAX_BYTES then return nil end
+  return n
+end
+
+function host.flat_argument(t)
+  local was_active = m_active
+  m_active = false
+  local n = flat_pairs(t)
+  m_active = was_active
+  if n == nil then return nil end
+  if m_active then charge(n) end
+  return n, unpack_(flat, 1, 2 * n)
+end
+
 -- Called by the host when a host function returns past the resume's deadline: the next
 -- check polls the clock and trips.
 function host.expire()

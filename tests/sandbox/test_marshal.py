@@ -132,3 +132,54 @@ def test_format_value_is_bounded_and_readable():
     assert format_value({"a": [1, 2.5, None, True]}) == "{a={1, 2.5, nil, true}}"
     assert format_value(float("nan")) == "nan"
     assert len(format_value(list(range(10_000)), limit=100)) == 100
+
+
+# Small tables of scalars cross as their pairs in one call (the flat path); the rest are
+# checked and copied entry by entry. Both must give the same data, and the same verdict.
+_flat_keys = st.one_of(st.text(max_size=6), st.integers(-3, 20), st.floats(-5, 5))
+_flat_values = st.one_of(
+    st.booleans(), st.integers(-(2**53), 2**53), st.floats(allow_nan=True),
+    st.text(max_size=8), st.binary(max_size=8),
+)
+_near_flat = st.one_of(
+    st.dictionaries(_flat_keys, _flat_values, max_size=18),
+    st.lists(_flat_values, max_size=18),
+    st.dictionaries(_flat_keys, st.one_of(_flat_values, st.lists(st.integers(), max_size=2)),
+                    max_size=4),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_near_flat)
+def test_flat_tables_cross_as_the_entry_by_entry_copy_does(value):
+    import moonbox.sandbox._sandbox as impl
+    from moonbox.sandbox._marshal import to_lua, to_python
+
+    with Sandbox(value_limits=ValueLimits(max_bytes=64)) as sb:
+        table = to_lua(sb._rt, value)
+        flat = sb._h_flat_argument(table)
+        problem = sb._h_check_argument(table)
+        if flat is None:
+            return  # not flat: only the entry-by-entry path sees it
+        assert problem is None  # what the flat path takes, the full check accepts
+        fast, full = impl._from_pairs(flat), to_python(table)
+        assert type(fast) is type(full)
+        assert repr(fast) == repr(full) or fast == full
+
+
+def test_flat_path_limits():
+    import moonbox.sandbox._sandbox as impl
+    from moonbox.sandbox._marshal import to_lua
+
+    with Sandbox(value_limits=ValueLimits(max_bytes=10)) as sb:
+        def flat(v):
+            return sb._h_flat_argument(to_lua(sb._rt, v))
+
+        assert impl._from_pairs(flat({"x": 1, "name": b"ab"})) == {"x": 1, "name": "ab"}
+        assert impl._from_pairs(flat([3, 2, 1])) == [3, 2, 1]
+        assert impl._from_pairs(flat({})) == {}
+        assert flat({str(i): i for i in range(17)}) is None      # more than 16 entries
+        assert flat({"x": [1]}) is None                           # nested
+        assert flat({"long": "x" * 20}) is None                   # past the byte limit
+        binary = sb._h_flat_argument(sb._rt.eval('{["\\255"] = "\\254"}'))
+        assert impl._from_pairs(binary) == {"\ufffd": "\ufffd"}
