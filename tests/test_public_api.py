@@ -98,7 +98,8 @@ def test_mods_names():
 def test_isolation_names():
     assert moonbox.isolation.__all__ == [
         "DEFAULT_MEMORY_LIMIT_BYTES", "DEFAULT_WALL_MARGIN_S", "IsolatedChunk", "IsolatedRun",
-        "IsolatedSandbox", "WorkerCrashed", "WorkerPool", "WorkerStats",
+        "IsolatedSandbox", "RemoteFunction", "Respawn", "WorkerCrashed", "WorkerPool",
+        "WorkerStats",
     ]
     for name in moonbox.isolation.__all__:
         assert hasattr(moonbox.isolation, name)
