@@ -34,6 +34,8 @@ _HOST_BUG = "the host failed to handle this call (a host bug, logged)"
 
 LossCause = Literal["time", "memory", "crashed"]
 
+_CPU_WINDOW_S = 1.0  # the shortest window a worker's CPU share is taken over
+
 # The worker sets its own address-space limit before it loads anything (see _worker.main).
 _BOOT = (
     "import resource, sys\n"
@@ -89,7 +91,7 @@ class WorkerStats:
         memory_limit_bytes: its address-space limit (0: none).
         respawns: how many times a fresh worker took over from a lost one.
         mods: the mods pinned to it.
-        cpu_percent: its CPU use since the previous reading, in percent of one core.
+        cpu_percent: its CPU use over the last second or more, in percent of one core.
     """
 
     pid: int | None
@@ -503,8 +505,8 @@ class WorkerProcess:
 
     def stats(self) -> WorkerStats:
         """Memory and CPU of the worker now (zeros when it is not running). The CPU share is
-        taken over the time since the previous call (since the worker started, the first
-        time)."""
+        taken over the time since an earlier reading at least a second old (since the
+        worker started, at first)."""
         rss = vms = 0
         user = system = share = 0.0
         pid = self.pid
@@ -519,7 +521,8 @@ class WorkerProcess:
                 seen_at, seen_cpu = self._cpu_seen or (started, 0.0)
                 if now > seen_at:
                     share = max(0.0, (user + system - seen_cpu) / (now - seen_at) * 100)
-                self._cpu_seen = (now, user + system)
+                if now - seen_at >= _CPU_WINDOW_S:  # readings close together share a window
+                    self._cpu_seen = (now, user + system)
             except psutil.Error:
                 pid = None
         return WorkerStats(pid, rss, vms, user, system, self.memory_limit_bytes,
