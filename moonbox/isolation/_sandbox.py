@@ -101,8 +101,9 @@ class RemoteFunction(FunctionHandle):
         """False once released, when its sandbox is closed, or once its worker was lost
         (or the runtime in it replaced)."""
         sb: IsolatedSandbox = self.sandbox  # type: ignore[assignment]
-        return (self._key is not None and not sb._closed
-                and sb._generation == self._generation == sb._worker.generation)
+        # Its _generation is the incarnation of the mod's runtime it came from.
+        return (self._key is not None and not sb._closed and sb._made == self._generation
+                and not sb.lost)
 
     def __repr__(self) -> str:
         return f"<RemoteFunction {self.where}{'' if self.valid else ' (invalid)'}>"
@@ -164,18 +165,18 @@ class IsolatedRun(_Reports):
     coroutines, is what a snapshot restores).
     """
 
-    __slots__ = ("sandbox", "chunk", "status", "resumes", "_id", "_generation", "_steps",
+    __slots__ = ("sandbox", "chunk", "status", "resumes", "_id", "_made", "_steps",
                  "_peak", "_wall_s")
 
     def __init__(self, sandbox: IsolatedSandbox, chunk: IsolatedChunk, run_id: int,
-                 generation: int) -> None:
+                 made: int) -> None:
         super().__init__()
         self.sandbox = sandbox
         self.chunk = chunk
         self.status: Status | Literal["new"] = "new"
         self.resumes = 0
         self._id = run_id
-        self._generation = generation
+        self._made = made  # the incarnation of the mod's runtime that holds it
         self._steps = 0
         self._peak = 0
         self._wall_s = 0.0
@@ -188,8 +189,8 @@ class IsolatedRun(_Reports):
     def _open(self) -> bool:
         """Resumable: not finished, and its sandbox still lives in the worker that holds it."""
         sb = self.sandbox
-        return (self.status not in _FINISHED and not sb._closed
-                and sb._generation == self._generation == sb._worker.generation)
+        return (self.status not in _FINISHED and not sb._closed and sb._made == self._made
+                and not sb.lost)
 
     @property
     def stats(self) -> Stats:
@@ -206,7 +207,7 @@ class IsolatedRun(_Reports):
         if self.status in _FINISHED:
             raise SandboxClosed(f"the run of {self.chunk.name} is finished ({self.status})")
         sb._check_open()
-        if sb._worker.generation != self._generation or sb._generation != self._generation:
+        if sb._made != self._made or sb.lost:
             self.status = "error"
             raise SandboxClosed(f"the run of {self.chunk.name} was lost with its worker; "
                                 "start it again")
@@ -245,7 +246,7 @@ class IsolatedRun(_Reports):
         if not self.finished:
             self.status = "error"
             sb = self.sandbox
-            if not sb._closed and sb._generation == self._generation == sb._worker.generation:
+            if not sb._closed and sb._made == self._made and not sb.lost:
                 try:
                     sb._operation(["close_run", sb._id, self._id])
                 except (HostError, SandboxClosed):
@@ -347,6 +348,7 @@ class IsolatedSandbox:
         self._closed = False
         self.restores = 0
         self.replacements = 0
+        self._replaced_here = 0  # replacements the worker's sandbox of this mod reported
         self._pool = pool
         # Keys of released RemoteFunctions, told to the worker with the next request.
         self._dropped: list[int] = []
@@ -361,7 +363,9 @@ class IsolatedSandbox:
         self._excluded_pending = 0.0
         self._watch = _Watch(self)
         self._call = HostCall(self, None, "")  # type: ignore[arg-type]
-        self._generation = 0
+        self._generation = 0  # the worker generation the mod lives in (0: none yet)
+        self._made = 0  # incarnations of the mod's runtime: its runs and functions name one
+        self._remake = False  # the worker replaced the runtime: make the mod again
         if pool is not None:
             self._worker = pool._pin(self.mod_id)
         else:
@@ -400,11 +404,12 @@ class IsolatedSandbox:
         """
         worker = self._worker
         worker.revive()  # a lost or abandoned worker is replaced first
-        if self._generation == worker.generation:
+        if self._generation == worker.generation and not self._remake:
             return
-        if self._generation:
+        if self._generation and self._generation != worker.generation:
             self.restores += 1
         self._dropped = []  # keys of the old runtime: a new one may reuse them
+        self._replaced_here = 0
         deadline = time.monotonic() + OPERATION_TIMEOUT_S
         self._check(worker.request(["new", self._id, self._config()], deadline))
         for cid, (source, name, _checks) in self._chunks.items():
@@ -412,6 +417,8 @@ class IsolatedSandbox:
         if self._snapshot:
             self._check(worker.request(["restore", self._id, self._snapshot[0]], deadline))
         self._generation = worker.generation
+        self._made += 1
+        self._remake = False
 
     def revive(self) -> bool:
         """Bring the mod back if its worker was lost: a fresh worker (unless another mod
@@ -433,8 +440,8 @@ class IsolatedSandbox:
 
     @property
     def lost(self) -> bool:
-        """The worker holding the mod's runtime was lost (or its runtime replaced) and the
-        mod was not restored yet: its runs and functions are gone."""
+        """The worker holding the mod's runtime was lost and the mod was not restored yet:
+        its runs and functions are gone."""
         return self._generation != self._worker.generation or self._worker.down
 
     @staticmethod
@@ -590,7 +597,7 @@ class IsolatedSandbox:
             compiled = source if isinstance(source, IsolatedChunk) else self.load(source, chunk)
             self._own(compiled)
             self._operation(["start", self._id, rid, compiled._id])
-        return IsolatedRun(self, compiled, rid, self._generation)
+        return IsolatedRun(self, compiled, rid, self._made)
 
     def run(
         self,
@@ -638,7 +645,7 @@ class IsolatedSandbox:
         with worker.lock:
             start = time.monotonic()
             try:
-                if self._generation != worker.generation or worker.down:
+                if self._generation != worker.generation or worker.down or self._remake:
                     self._ensure()
                 self._running = run
                 self._watch.begin(budget.wall_s)
@@ -647,7 +654,7 @@ class IsolatedSandbox:
                 wall_s = time.monotonic() - start
                 self._after_loss()
                 if isinstance(run, IsolatedRun):
-                    run._generation = -1
+                    run._made = -1
                 return self._lost_outcome(lost, budget, name, run, first_report, wall_s)
             finally:
                 self._running, self._deadline = None, math.inf
@@ -664,11 +671,13 @@ class IsolatedSandbox:
                 self._snapshot = (snapshot[0],)
             else:
                 log.warning("%s: %s", self.mod_id, snapshot)
-        if reply[8] != self.replacements:
+        if reply[8] != self._replaced_here:
             # The worker replaced the mod's runtime after an out-of-memory trip: its chunks
             # and functions went with it. It is made again on the next call.
-            self.replacements = reply[8]
-            self._generation = 0
+            self.replacements += max(0, reply[8] - self._replaced_here)
+            self._replaced_here = reply[8]
+            self._made += 1  # its runs and functions are gone now
+            self._remake = True
         return outcome
 
     def _lost_outcome(self, lost: WorkerLost, budget: Budget, name: str, run: _Reports,
@@ -706,7 +715,7 @@ class IsolatedSandbox:
         if hf is None:
             return ["err", "no such host function", "failed"]
         if name in self._takes_functions:
-            args = [RemoteFunction(self, a.chunk, a.line, a.key, self._generation)  # type: ignore[arg-type]
+            args = [RemoteFunction(self, a.chunk, a.line, a.key, self._made)  # type: ignore[arg-type]
                     if type(a) is FunctionRef else a for a in args]
         call = self._call
         call.run = self._running

@@ -162,8 +162,10 @@ def test_a_replaced_runtime_is_made_again_with_its_chunks(make_isolated):
     out = sb.run("hoard = {} while true do hoard[#hoard + 1] = tostring(#hoard) end")
     assert out.budget == "memory"
     assert sb.replacements == 1 and sb.pid == pid  # in the worker, as in process
+    assert not sb.lost and sb.restores == 0  # the worker itself lives on
     assert sb.run(chunk).values == ("still here",)
     assert sb.run("return hoard == nil, state").values == (True, 7)
+    assert sb.replacements == 1  # counted once, whatever the calls after it
 
 
 def test_the_heap_of_a_mod_is_read_in_its_worker(make_isolated):
