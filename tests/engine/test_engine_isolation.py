@@ -130,6 +130,8 @@ def test_handlers_timers_waits_events_and_exports_behave_alike(make_game):
     assert "every at 4" not in lines  # cancelled by the second ping
     assert state == {"ticks": 8} and all(e == t == 0 for _, e, t in stats.values())
     assert _lifecycle(make_game, isolation="process", workers=2) == in_process
+    # One worker for both: the cross-mod calls are nested requests to the same worker.
+    assert _lifecycle(make_game, isolation="process", workers=1) == in_process
 
 
 def test_isolation_options_are_checked():
