@@ -437,6 +437,12 @@ class WorkerProcess:
                     reply = self.receive(deadline if watch is None else watch.deadline)
                     kind = reply[0]
                     if kind == "call":
+                        # A worker past its deadline gets no more calls served: one that
+                        # only ever sends calls would otherwise never be waited on, and
+                        # never meet the watchdog.
+                        due = deadline if watch is None else watch.deadline
+                        if due is not None and time.monotonic() > due:
+                            raise self._lost("time")
                         answer = (["err", "no host functions are served here", "failed"]
                                   if serve is None else serve(reply))
                         if self.generation != generation:

@@ -131,11 +131,12 @@ class _Watch:
     """The watchdog's deadline for the request in flight, and the resume's own deadline
     that :class:`HostCall` reads (on the sandbox)."""
 
-    __slots__ = ("sandbox", "deadline", "wall_s")
+    __slots__ = ("sandbox", "deadline", "limit", "wall_s")
 
     def __init__(self, sandbox: IsolatedSandbox) -> None:
         self.sandbox = sandbox
         self.deadline = math.inf
+        self.limit = math.inf  # what served() may push the deadline to, at most
         self.wall_s = 0.0
 
     def begin(self, wall_s: float) -> None:
@@ -148,13 +149,20 @@ class _Watch:
         now = time.monotonic()
         sb._start, sb._deadline = now, now + self.wall_s
         self.deadline = now + self.wall_s + sb.wall_margin_s
+        self.limit = self.deadline + sb.wall_margin_s
 
     def served(self) -> None:
-        """The host answered a call: the worker gets at least the margin to go on (its own
-        meter bounds the rest of the resume)."""
-        later = time.monotonic() + self.sandbox.wall_margin_s
+        """The host answered a call: the worker gets the margin to go on (its own meter
+        bounds the rest of the resume), but never more than one margin more in all, so a
+        worker that only sends calls cannot keep the host serving it."""
+        later = min(time.monotonic() + self.sandbox.wall_margin_s, self.limit)
         if later > self.deadline:
             self.deadline = later
+
+    def extend(self, seconds: float) -> None:
+        """Host work excluded from the resume's budget (an approval): both move."""
+        self.deadline += seconds
+        self.limit += seconds
 
 
 class IsolatedRun(_Reports):
@@ -706,7 +714,7 @@ class IsolatedSandbox:
         # HostCall.excluded_time moved the resume's deadline (self._deadline) by this much:
         # the watchdog moves with it, and the worker hears of it with the answer (_serve).
         self._excluded_pending += seconds
-        self._watch.deadline += seconds
+        self._watch.extend(seconds)
 
     def _serve(self, frame: list[Any]) -> list[Any]:
         """Run one host function for the worker: validated and served here, in the host."""

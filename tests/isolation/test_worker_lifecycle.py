@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import psutil
 import pytest
@@ -206,3 +207,24 @@ def test_the_worker_gets_an_allowlisted_environment_and_a_neutral_directory(monk
     from moonbox.isolation._process import worker_environment
 
     assert worker_environment(test_hooks=True)[TEST_HOOKS_ENV] == "1"
+
+
+def test_a_worker_that_only_sends_calls_cannot_keep_the_host_serving_it():
+    # A compromised worker asks for host calls again and again (here: each call injects
+    # the next), never finishing its resume. Each answered call gives the worker some more
+    # time, but only up to one more margin in all: then it is killed as any hang.
+    def flood():
+        time.sleep(0.01)
+        _inject(sb.pid, pack(["call", "flood", []]))
+        return ()
+
+    sb = IsolatedSandbox(Budget(wall_s=0.1), wall_margin_s=0.3, _test_hooks=True,
+                         host_functions=[_Function("flood", flood)])
+    try:
+        started = time.monotonic()
+        outcome = sb.run("flood() test_sleep(30) return 1")
+        assert outcome.status == "budget" and outcome.budget == "time"
+        assert time.monotonic() - started < 10
+        assert sb.run("return 'fresh'").values == ("fresh",)
+    finally:
+        sb.close()
