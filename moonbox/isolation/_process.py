@@ -19,6 +19,7 @@ import psutil
 from .._errors import HostError, SandboxClosed, ScriptError
 from ._protocol import (
     EXIT_OUT_OF_MEMORY,
+    FrameCorrupt,
     FrameError,
     FrameReader,
     FrameTimeout,
@@ -392,11 +393,16 @@ class WorkerProcess:
         if self._pipes.read_fd < 0:
             raise self._lost("crashed")
         try:
-            return self._reader.read(deadline)
+            reply = self._reader.read(deadline)
         except FrameTimeout:
             raise self._lost("time") from None
+        except FrameCorrupt as exc:
+            raise self.violation(str(exc)) from None
         except (FrameError, OSError):
             raise self._lost("crashed") from None
+        if type(reply) is not list or not reply or type(reply[0]) is not str:
+            raise self.violation(f"a frame that is no message: {str(reply)[:80]}")
+        return reply
 
     def request(self, value: Any, deadline: float | None,
                 serve: Callable[[list[Any]], list[Any]] | None = None,
@@ -437,6 +443,9 @@ class WorkerProcess:
                     reply = self.receive(deadline if watch is None else watch.deadline)
                     kind = reply[0]
                     if kind == "call":
+                        if len(reply) != 3 or type(reply[1]) is not str \
+                                or type(reply[2]) is not list:
+                            raise self.violation(f"a malformed call: {str(reply)[:80]}")
                         # A worker past its deadline gets no more calls served: one that
                         # only ever sends calls would otherwise never be waited on, and
                         # never meet the watchdog.
@@ -469,6 +478,20 @@ class WorkerProcess:
                                 self._proc.pid)
                     self._abandon()
                 raise
+
+    def violation(self, detail: str) -> WorkerLost:
+        """The worker broke the protocol (what it sent is no frame, or no answer the host
+        can read): it is killed and reaped, as a crash. A worker that runs the mods' code
+        as written never does this; one that a VM bug took over might."""
+        proc = self._proc
+        if proc is not None and not self._down:
+            log.warning("worker %d broke the protocol: %s", proc.pid, detail)
+            _kill(proc)
+            self._reap()
+            self._down = True
+            self.generation += 1
+        return WorkerLost("crashed", f"the worker broke the protocol ({detail}) and was killed",
+                          signal="SIGKILL")
 
     def _lost(self, cause: LossCause) -> WorkerLost:
         """Classify the loss of the worker, after making sure it is dead and reaped."""

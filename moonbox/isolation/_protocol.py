@@ -29,6 +29,7 @@ from ..sandbox import Outcome, Stats
 __all__ = [
     "EXIT_OUT_OF_MEMORY",
     "FUNCTION_EXT",
+    "FrameCorrupt",
     "FrameError",
     "FrameReader",
     "FrameTimeout",
@@ -56,6 +57,10 @@ _tuple_new = tuple.__new__
 
 class FrameError(Exception):
     """The other side closed the pipe, or sent something that is not a frame."""
+
+
+class FrameCorrupt(FrameError):
+    """The other side sent something that is not a frame (it may still be running)."""
 
 
 class FrameTimeout(Exception):
@@ -242,7 +247,7 @@ class FrameReader:
                 raise
         (size,) = _HEADER.unpack_from(buf)
         if size > MAX_FRAME_BYTES:
-            raise FrameError(f"a frame of {size} bytes is past the limit")
+            raise FrameCorrupt(f"a frame of {size} bytes is past the limit")
         end = 4 + size
         if len(buf) < end:
             parts = [buf]
@@ -261,7 +266,7 @@ class FrameReader:
             return msgpack.unpackb(buf[4:end], raw=False, strict_map_key=False,
                                    ext_hook=self._ext)
         except Exception as exc:  # noqa: BLE001 - whatever the bytes were, not a frame
-            raise FrameError(f"a frame that does not decode: {exc!r}") from None
+            raise FrameCorrupt(f"a frame that does not decode: {exc!r}") from None
 
 
 def encode_error(error: ScriptError | None) -> dict[str, Any] | None:

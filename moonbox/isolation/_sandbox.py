@@ -68,6 +68,8 @@ Respawn = Literal["now", "next_call"]
 restart is never charged to a call that only waited on the lost one)."""
 
 _FINISHED = frozenset({"done", "error", "budget"})
+_OK_STATUSES = frozenset({"done", "yielded", "preempted"})
+_STATUSES = _OK_STATUSES | {"error", "budget"}
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ids = itertools.count(1)
 _FAILS = {"ConfigError": ConfigError, "SandboxClosed": SandboxClosed}
@@ -452,13 +454,32 @@ class IsolatedSandbox:
         its runs and functions are gone."""
         return self._generation != self._worker.generation or self._worker.down
 
-    @staticmethod
-    def _check(reply: list[Any]) -> list[Any]:
+    def _decode_error(self, reply: list[Any], index: int = 1) -> ScriptError:
+        try:
+            error = decode_error(reply[index])
+        except (IndexError, KeyError, TypeError, ValueError):
+            error = None
+        if error is None:
+            raise self._worker.violation(f"a malformed error: {str(reply)[:80]}")
+        return error
+
+    def _check(self, reply: list[Any]) -> list[Any]:
+        """An answer that is no failure, as it is.
+
+        Raises:
+            ScriptError: the worker answered with the mod's fault (a syntax error).
+            HostError, SandboxClosed, ConfigError: the worker refused the request.
+            WorkerLost: the answer is malformed (the worker is killed).
+        """
         kind = reply[0]
         if kind == "script":
-            raise decode_error(reply[1])  # type: ignore[misc]
+            raise self._decode_error(reply)
         if kind == "fail":
+            if len(reply) != 3 or type(reply[1]) is not str or type(reply[2]) is not str:
+                raise self._worker.violation(f"a malformed refusal: {str(reply)[:80]}")
             raise _FAILS.get(reply[1], HostError)(reply[2])
+        if kind != "ok":
+            raise self._worker.violation(f"an answer of kind {kind!r}")
         return reply
 
     def _check_open(self) -> None:
@@ -552,7 +573,8 @@ class IsolatedSandbox:
             SandboxClosed: the sandbox is closed.
             HostError: the worker was lost while answering.
         """
-        return int(self._operation(["memory", self._id])[1])
+        reply = self._operation(["memory", self._id])
+        return reply[1] if len(reply) == 2 and type(reply[1]) is int else 0
 
     # -- loading and running -------------------------------------------------------------
 
@@ -566,8 +588,9 @@ class IsolatedSandbox:
         """
         cid = next(self._chunk_ids)
         reply = self._operation(["load", self._id, cid, source, chunk])
-        self._chunks[cid] = (source, chunk, int(reply[1]))
-        return IsolatedChunk(chunk, int(reply[1]), cid, self._id)
+        checks = reply[1] if len(reply) == 2 and type(reply[1]) is int else 0
+        self._chunks[cid] = (source, chunk, checks)
+        return IsolatedChunk(chunk, checks, cid, self._id)
 
     def unload(self, chunk: IsolatedChunk) -> None:
         """Forget a chunk: it is no longer part of the snapshot."""
@@ -658,6 +681,9 @@ class IsolatedSandbox:
                 self._running = run
                 self._watch.begin(budget.wall_s)
                 reply = worker.request(frame, None, self._serve, self._watch, self._notes())
+                reports = (tuple(run.reports[first_report:]) if len(run.reports) > first_report
+                           else ())
+                outcome = self._result(reply, reports)
             except WorkerLost as lost:
                 wall_s = time.monotonic() - start
                 self._after_loss()
@@ -666,19 +692,34 @@ class IsolatedSandbox:
                 return self._lost_outcome(lost, budget, name, run, first_report, wall_s)
             finally:
                 self._running, self._deadline = None, math.inf
-        reports = tuple(run.reports[first_report:]) if len(run.reports) > first_report else ()
+        return outcome
+
+    def _result(self, reply: list[Any], reports: tuple[str, ...]) -> Outcome:
+        """The outcome in the worker's answer to a run or resume, and its snapshot.
+
+        Raises:
+            WorkerLost: the answer is malformed (the worker is killed).
+            HostError, SandboxClosed, ConfigError: the worker refused the request.
+        """
         kind = reply[0]
         if kind != "r":
             if kind == "script":
-                return Outcome("error", (), decode_error(reply[1]), reports)
+                return Outcome("error", (), self._decode_error(reply), reports)
             self._check(reply)
-        outcome = decode_result(reply, reports)
+            raise self._worker.violation(f"an answer of kind {kind!r} to a run")
+        if (len(reply) != 9 or reply[1] not in _STATUSES or type(reply[2]) is not list
+                or type(reply[3]) is not int or type(reply[4]) is not int
+                or type(reply[5]) not in (int, float) or type(reply[8]) is not int
+                or (reply[6] is None) != (reply[1] in _OK_STATUSES)):
+            raise self._worker.violation(f"a malformed result: {str(reply)[:80]}")
+        outcome = decode_result(reply, reports) if reply[6] is None else Outcome(
+            reply[1], (), self._decode_error(reply, 6), reports, Stats(*reply[3:6]))
         snapshot = reply[7]
         if snapshot is not None:
-            if type(snapshot) is list:
+            if type(snapshot) is list and len(snapshot) == 1:
                 self._snapshot = (snapshot[0],)
             else:
-                log.warning("%s: %s", self.mod_id, snapshot)
+                log.warning("%s: %s", self.mod_id, str(snapshot)[:300])
         if reply[8] != self._replaced_here:
             # The worker replaced the mod's runtime after an out-of-memory trip: its chunks
             # and functions went with it. It is made again on the next call.
