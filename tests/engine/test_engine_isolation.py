@@ -316,3 +316,35 @@ def test_closing_an_isolated_game_reaps_its_workers():
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
                    for pid in pids)
     game.close()  # idempotent
+
+
+def test_a_mod_that_crashes_its_worker_at_load_is_quarantined_and_can_load_again(
+        make_game, hooked_pool):
+    game = _isolated(make_game, hooked_pool)
+    calm = game.load_mod("calm", 'on("tick", function(t) state_set("t", t) end)')
+    bad = game.load_mod("bad", 'test_abort()')
+    assert bad.quarantine.kind == "load" and bad.quarantine.failure.error.kind == "crashed"
+    game.run(2)
+    assert calm.state == {"t": 2} and calm.stats.errors == 0
+    game.unload_mod("bad")
+    again = game.load_mod("bad", 'on("tick", function(t) report("fine " .. t) end)')
+    assert again.quarantine is None
+    assert [line for _, line in game.tick().reports] == ["fine 3"]
+
+
+def test_a_mod_that_cannot_be_built_again_is_quarantined_runtime(make_game, hooked_pool):
+    game = _isolated(make_game, hooked_pool)
+    mod = game.load_mod("fragile", """
+        if state_get("seen") then test_segfault() end   -- only when built again
+        on("tick", function(t)
+          state_set("seen", true)
+          if t == 2 then test_abort() end
+        end)
+    """)
+    reports = game.run(3)
+    assert reports[1].failures[0].error.kind == "crashed"  # tick 2: the handler
+    assert mod.quarantine is not None and mod.quarantine.kind == "runtime"
+    assert "could not be built again" in mod.quarantine.reason
+    assert reports[2].restored == ["fragile"]
+    with pytest.raises(Exception, match="unload it"):
+        game.lift_quarantine("fragile")
