@@ -178,8 +178,8 @@ class Game:
     Raises:
         ConfigError: an unknown ``isolation``, isolation options without
             ``isolation="process"``, ``workers`` below 1, or both a ``pool`` and the
-            settings it already has.
-        HostError: an isolated game's first worker could not start.
+            settings it already has. (Workers start with the first mods:
+            :meth:`load_mod` raises ``HostError`` if one cannot.)
     """
 
     def __init__(
