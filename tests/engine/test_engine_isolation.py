@@ -310,9 +310,11 @@ def test_closing_an_isolated_game_reaps_its_workers():
     game.load_mod("b", 'on("tick", function() end)')
     pids = set(game.pool.pids)
     assert len(pids) == 2 and pids <= _children() - before
+    procs = [w._proc for w in game.pool._workers]
     game.tick()
     game.close()
     assert _children() <= before
+    assert [p.returncode for p in procs] == [0, 0]  # each saw the end of its input and left
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
                    for pid in pids)
     game.close()  # idempotent
