@@ -2,13 +2,15 @@
 
 Exit status: 0 when every mod loaded (``--once``/``--ticks``; interactive runs end on
 Ctrl-C with 0), 1 when a mod failed to load, 2 for usage errors (an unknown ``--game``,
-a directory that does not exist).
+a directory that does not exist, ``--isolate`` with a factory that cannot take it).
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -16,11 +18,31 @@ from rich.live import Live
 from rich.markup import escape
 
 from .bindings import Permissions
+from .sandbox import parse_size
 from .store import Store
 
 __all__ = ["dev"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+_ISOLATION_OPTIONS = ("isolation", "workers", "worker_memory_bytes")
+
+
+def _size(ctx: Any, param: Any, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _takes_isolation(factory: Any) -> bool:
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    names = {p.name for p in parameters}
+    return any(p.kind is p.VAR_KEYWORD for p in parameters) or set(_ISOLATION_OPTIONS) <= names
 
 
 @click.command()
@@ -42,17 +64,35 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
               help="The longest a burst of saves is grouped.")
 @click.option("--step-ms", default=30, show_default=True, type=click.IntRange(5, 5_000),
               help="Quiet time after a save before the reload starts.")
+@click.option("--isolate", is_flag=True,
+              help="Run every mod in a worker process (and dry runs in one of their own); "
+                   "the view shows each worker's memory and CPU.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="With --isolate: worker processes at most [default: 4].")
+@click.option("--worker-memory", callback=_size, metavar="SIZE", default=None,
+              help="With --isolate: each worker's memory limit, e.g. 512MB [default: 1GB].")
 def dev(mods_dir: Path, game_spec: str | None, store_path: Path | None, no_store: bool,
         grant_mode: str, tps: float, ticks: int | None, once: bool, debounce_ms: int,
-        step_ms: int) -> None:
+        step_ms: int, isolate: bool, workers: int | None, worker_memory: int | None) -> None:
     """Run a game with the mods of MODS_DIR and reload each mod when its files change.
 
     A changed mod is compiled and dry-run first; only a clean version is swapped in,
     carrying its state. A failed one is shown with its file and line, and the previous
     version runs on.
+
+    With --isolate each mod runs in a worker process: a mod that crashes its worker,
+    hangs in C or passes the worker's memory limit costs one call and is built again in a
+    fresh worker. A --game factory gets the isolation options as keywords (isolation,
+    workers, worker_memory_bytes); one that cannot take them is a usage error.
     """
     from .mods import ModHost
-    from .mods._dev import DevSession, describe_result, game_factory, render
+    from .mods._dev import (
+        DevSession,
+        describe_result,
+        describe_workers,
+        game_factory,
+        render,
+    )
 
     console = Console(highlight=False, soft_wrap=True)
     try:
@@ -60,8 +100,20 @@ def dev(mods_dir: Path, game_spec: str | None, store_path: Path | None, no_store
     except ValueError as exc:
         console.print(f"[red]--game {escape(str(exc))}[/]")
         sys.exit(EXIT_USAGE)
+    options: dict[str, Any] = {}
+    if isolate:
+        if game_spec is not None and not _takes_isolation(factory):
+            console.print(f"[red]--isolate: {escape(game_spec)} takes no isolation, workers "
+                          "and worker_memory_bytes keywords; build an isolated Game in it, or "
+                          "let it take them[/]")
+            sys.exit(EXIT_USAGE)
+        options = {"isolation": "process", "workers": workers,
+                   "worker_memory_bytes": worker_memory}
+    elif workers is not None or worker_memory is not None:
+        console.print("[red]--workers and --worker-memory need --isolate[/]")
+        sys.exit(EXIT_USAGE)
     store = None if no_store else Store(store_path or mods_dir / ".moonbox-versions.db")
-    game = factory()
+    game = factory(**options)
     host = ModHost(game, mods_dir, policy=Permissions(mode=grant_mode), store=store,  # type: ignore[arg-type]
                    label=mods_dir.name or "mods")
     plain = once or ticks is not None
@@ -73,17 +125,27 @@ def dev(mods_dir: Path, game_spec: str | None, store_path: Path | None, no_store
         results = session.start()
         failed = any(not r.ok for r in results)
         if once:
+            for line in describe_workers(game):
+                console.print(escape(line))
             sys.exit(EXIT_FAILED if failed else EXIT_OK)
         if ticks is not None:
             def show(report: object) -> None:
+                tick = getattr(report, "tick", 0)
                 for mod_id, line in getattr(report, "reports", ()):
-                    console.print(f"[{getattr(report, 'tick', 0):4}] {escape(mod_id)}: "
-                                  f"{escape(line)}")
+                    console.print(f"[{tick:4}] {escape(mod_id)}: {escape(line)}")
+                for failure in getattr(report, "failures", ()):
+                    if failure.error.kind == "crashed":  # a worker died (isolated games)
+                        console.print(f"[{tick:4}] {escape(str(failure))}")
+                for mod_id in getattr(report, "restored", ()):
+                    console.print(f"[{tick:4}] RESTORED {escape(mod_id)} in a fresh worker "
+                                  "(its worker was lost)")
                 for mod_id in getattr(report, "quarantined", ()):
                     console.print(f"QUARANTINED {escape(mod_id)}: "
                                   f"{escape(str(game.mod(mod_id).quarantine.reason))}")
 
             session.run(ticks, on_tick=show)
+            for line in describe_workers(game):
+                console.print(escape(line))
             sys.exit(EXIT_FAILED if failed else EXIT_OK)
         with Live(render(session), console=console, refresh_per_second=8,
                   transient=False) as live:

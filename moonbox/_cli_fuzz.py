@@ -27,15 +27,21 @@ __all__ = ["fuzz"]
               help="Wall budget of each resume of a program [default: 0.2].")
 @click.option("--wall-margin-s", type=click.FloatRange(min=0), default=None,
               help="How late past its wall budget a resume may end [default: 0.75].")
+@click.option("--isolate", is_flag=True,
+              help="Also run every program through an isolated sandbox (moonbox.isolation) "
+                   "and check that isolation holds: outcomes across the pipes, kills, "
+                   "restores, parity with the in-process run, an isolated sibling.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def fuzz(examples: int, seed: int, out_dir: Path, no_jit: bool, wall_s: float | None,
-         wall_margin_s: float | None, as_json: bool) -> None:
+         wall_margin_s: float | None, isolate: bool, as_json: bool) -> None:
     """Run EXAMPLES generated hostile programs, each checked against every invariant.
 
     Every program runs in a worker process, so a crash of the VM is a finding, not the end
-    of the run. Each failing program is written to --out as a reproducer whose header names
-    the broken invariants. Exit status: 0 if no program broke an invariant, 1 if any did,
-    2 for usage errors (or when the generator's package is not installed).
+    of the run. With --isolate each program runs a second time through moonbox.isolation's
+    IsolatedSandbox (in a worker of that worker), so the isolation layer is fuzzed too. Each
+    failing program is written to --out as a reproducer whose header names the broken
+    invariants. Exit status: 0 if no program broke an invariant, 1 if any did, 2 for usage
+    errors (or when the generator's package is not installed).
     """
     try:
         from .fuzz import DEFAULT_MARGIN_S, DEFAULT_WALL_S
@@ -49,7 +55,7 @@ def fuzz(examples: int, seed: int, out_dir: Path, no_jit: bool, wall_s: float | 
     wall = DEFAULT_WALL_S if wall_s is None else wall_s
     margin = DEFAULT_MARGIN_S if wall_margin_s is None else wall_margin_s
     console = Console(stderr=as_json, highlight=False, soft_wrap=True)
-    mode = "jit" if not no_jit else "no-jit"
+    mode = ("jit" if not no_jit else "no-jit") + (", isolated" if isolate else "")
     progress = Progress(
         TextColumn(f"fuzz [dim]({mode}, seed {seed})[/]"),
         BarColumn(),
@@ -69,7 +75,7 @@ def fuzz(examples: int, seed: int, out_dir: Path, no_jit: bool, wall_s: float | 
     with progress:
         task = progress.add_task("fuzz", total=examples, found="[green]0 failing[/]")
         report = run_fuzz(examples, seed=seed, jit=not no_jit, wall_s=wall, margin_s=margin,
-                          out_dir=out_dir, on_example=on_example)
+                          out_dir=out_dir, on_example=on_example, isolate=isolate)
     if as_json:
         print(json.dumps(report.to_dict()), flush=True)
     else:

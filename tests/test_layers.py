@@ -13,9 +13,9 @@ ALLOWED = {
     "sandbox": set(),
     "bindings": {"sandbox"},
     "world": {"sandbox", "bindings"},
-    "engine": {"sandbox", "bindings", "world"},
+    "engine": {"sandbox", "bindings", "world", "isolation"},
     "store": set(),
-    "mods": {"sandbox", "bindings", "world", "engine", "store"},
+    "mods": {"sandbox", "bindings", "world", "engine", "store", "isolation"},
     "agent": {"sandbox", "bindings", "world", "engine", "store"},
     "isolation": {"sandbox", "bindings"},
 }

@@ -72,9 +72,9 @@ def test_world_and_engine_names():
         "default_prefabs", "entity_table", "world_bindings",
     ]
     assert moonbox.engine.__all__ == [
-        "DEFAULT_BUDGET", "ENGINE_BINDINGS", "RUNTIME_CHUNK", "Callback", "EngineError",
-        "Event", "Failure", "Game", "Mod", "ModLimits", "ModStats", "Quarantine", "Task",
-        "TickReport", "engine_bindings",
+        "DEFAULT_BUDGET", "DEFAULT_WORKERS", "ENGINE_BINDINGS", "RUNTIME_CHUNK", "Callback",
+        "EngineError", "Event", "Failure", "Game", "Isolation", "Mod", "ModLimits", "ModStats",
+        "Quarantine", "Task", "TickReport", "engine_bindings",
     ]
     for module in (moonbox.world, moonbox.engine):
         for name in module.__all__:
@@ -98,7 +98,8 @@ def test_mods_names():
 def test_isolation_names():
     assert moonbox.isolation.__all__ == [
         "DEFAULT_MEMORY_LIMIT_BYTES", "DEFAULT_WALL_MARGIN_S", "IsolatedChunk", "IsolatedRun",
-        "IsolatedSandbox", "WorkerCrashed", "WorkerPool", "WorkerStats",
+        "IsolatedSandbox", "RemoteFunction", "Respawn", "WorkerCrashed", "WorkerPool",
+        "WorkerStats",
     ]
     for name in moonbox.isolation.__all__:
         assert hasattr(moonbox.isolation, name)

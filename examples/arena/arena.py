@@ -1,16 +1,18 @@
 """The arena: a small game driven entirely by mods, run headless.
 
-    python examples/arena/arena.py [TICKS]
+    python examples/arena/arena.py [TICKS] [--isolate]
 
 Four mods play (scoreboard, pickups, players, enemies) and one misbehaves (glitch): it is
-quarantined after three budget trips while the game goes on. Everything here uses the
-public API of moonbox.engine and moonbox.world.
+quarantined after three budget trips while the game goes on. With ``--isolate`` every mod
+runs in a worker process (``Game(isolation="process")``): the same game, the same world.
+Everything here uses the public API of moonbox.engine and moonbox.world.
 """
 
 from __future__ import annotations
 
 import sys
 from importlib import resources
+from typing import Any
 
 from moonbox.engine import Game
 from moonbox.world import Prefab, World, default_prefabs
@@ -29,9 +31,10 @@ def make_world() -> World:
     return World(prefabs, bound=50)
 
 
-def play(ticks: int = 60, seed: int = 1) -> Game:
-    """Load the mods and run ``ticks`` ticks; prints what happens. The caller closes it."""
-    game = Game(make_world(), seed=seed)
+def play(ticks: int = 60, seed: int = 1, **options: Any) -> Game:
+    """Load the mods and run ``ticks`` ticks; prints what happens. The caller closes it.
+    ``options`` go to :class:`Game` (``isolation="process"``, ``workers``, ...)."""
+    game = Game(make_world(), seed=seed, **options)
     for mod_id in MODS:
         source = MODS_DIR.joinpath(f"{mod_id}.lua").read_text()
         game.load_mod(mod_id, source, chunk=f"@arena/{mod_id}.lua")
@@ -46,14 +49,19 @@ def play(ticks: int = 60, seed: int = 1) -> Game:
 
 
 def main() -> None:
-    ticks = int(sys.argv[1]) if len(sys.argv) > 1 else 60
-    with play(ticks) as game:
+    args = [a for a in sys.argv[1:] if a != "--isolate"]
+    ticks = int(args[0]) if args else 60
+    options = {"isolation": "process"} if "--isolate" in sys.argv[1:] else {}
+    with play(ticks, **options) as game:
         print(f"\n{len(game.world)} entities, world hash {game.world.content_hash()[:16]}")
         for mod in game.mods:
             s = mod.stats
             state = "quarantined" if mod.quarantine else "active"
             print(f"{mod.id:11} {state:11} calls {s.calls:4}  steps {s.steps:8,}  "
                   f"errors {s.errors}  trips {s.trips}  refused {s.commands_refused}")
+        for worker in game.worker_stats():
+            print(f"worker {worker.pid}: rss {worker.rss_bytes / 2**20:.0f} MiB, "
+                  f"mods {', '.join(worker.mods)}")
 
 
 if __name__ == "__main__":

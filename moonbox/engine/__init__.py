@@ -8,12 +8,13 @@ attributed to (mod, handler, chunk:line). See ``docs/engine.md``.
 
 from ._bindings import ENGINE_BINDINGS, engine_bindings
 from ._errors import EngineError
-from ._game import DEFAULT_BUDGET, RUNTIME_CHUNK, Game, TickReport
+from ._game import DEFAULT_BUDGET, DEFAULT_WORKERS, RUNTIME_CHUNK, Game, Isolation, TickReport
 from ._limits import ModLimits
 from ._mod import Callback, Event, Failure, Mod, ModStats, Quarantine, Task
 
 __all__ = [
     "DEFAULT_BUDGET",
+    "DEFAULT_WORKERS",
     "ENGINE_BINDINGS",
     "RUNTIME_CHUNK",
     "Callback",
@@ -21,6 +22,7 @@ __all__ = [
     "Event",
     "Failure",
     "Game",
+    "Isolation",
     "Mod",
     "ModLimits",
     "ModStats",

@@ -7,15 +7,23 @@ import heapq
 import math
 import re
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import msgpack
 
-from .._errors import BindingError, MoonboxError, ScriptError
+from .._errors import BindingError, ConfigError, MoonboxError, ScriptError
 from ..bindings import Permissions, Registry, default_bindings
+from ..isolation import (
+    DEFAULT_MEMORY_LIMIT_BYTES,
+    DEFAULT_WALL_MARGIN_S,
+    IsolatedSandbox,
+    WorkerPool,
+    WorkerStats,
+)
 from ..sandbox import Budget, FunctionHandle, HostCall, Outcome, Sandbox
 from ..world import CommandResult, World, world_bindings
 from ._bindings import engine_bindings
@@ -23,12 +31,24 @@ from ._errors import EngineError
 from ._limits import ModLimits
 from ._mod import Callback, CallbackKind, Event, Failure, Mod, Quarantine, Task
 
-__all__ = ["DEFAULT_BUDGET", "Game", "TickReport"]
+__all__ = ["DEFAULT_BUDGET", "DEFAULT_WORKERS", "Game", "Isolation", "TickReport"]
 
 DEFAULT_BUDGET = Budget(steps=200_000, wall_s=0.25, alloc_bytes=4 << 20, max_memory=32 << 20)
 """The budget of each call of a mod unless the host gives another. Steps are the
 deterministic bound; the wall budget is generous because a host pause (a garbage
 collection of a thousand runtimes) lands inside whichever call is running."""
+
+Isolation = Literal["none", "process"]
+"""Where a game runs its mods: ``none``, each in a runtime of the host process; ``process``,
+each in a runtime inside a worker process (see ``docs/isolation.md``)."""
+DEFAULT_WORKERS = 4
+"""Worker processes of an isolated game unless the host says otherwise. Mods beyond this
+many share workers; a mod that loses its worker costs the mods pinned to it a rebuild."""
+WORKER_STATS_INTERVAL_S = 1.0
+"""How often, at most, a ticking isolated game reads its workers' memory and CPU."""
+# The most wall time a caller's resume may have excluded for building a mod again in a
+# fresh worker before calling it (starting a worker takes ~0.4 s).
+REBUILD_EXCLUDE_S = 30.0
 
 RUNTIME_CHUNK = "@moonbox/engine/mod_runtime.lua"
 _RUNTIME = resources.files("moonbox.engine").joinpath("mod_runtime.lua").read_text("utf-8")
@@ -58,6 +78,8 @@ class TickReport:
         events: events the mods emitted this tick (delivered to mods on the next).
         quarantined: mods quarantined during the tick.
         reports: ``(mod, line)`` for each ``report()``/``print()`` line.
+        restored: mods built again in a fresh worker during the tick, after their worker
+            was lost (isolated games only).
     """
 
     tick: int
@@ -67,6 +89,7 @@ class TickReport:
     events: list[Event] = field(default_factory=list)
     quarantined: list[str] = field(default_factory=list)
     reports: list[tuple[str, str]] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)
 
 
 def _error_from_message(message: Any, chunk: str) -> ScriptError:
@@ -137,6 +160,26 @@ class Game:
             ``None``: seeded from the OS.
         permissions: the default permissions of a mod (mode ``auto``).
         jit: as :class:`~moonbox.sandbox.Sandbox`.
+        isolation: ``none`` (default): each mod in a runtime of this process. ``process``:
+            each mod in a runtime inside a worker process, so that what no check inside
+            the VM can stop (a crash of the VM, a hang in C, memory the allocator never
+            sees) costs a worker, never the host; the mod API and the game's behaviour stay
+            the same (see ``docs/engine.md``, "Isolated games").
+        workers: an isolated game's worker processes, at most (:data:`DEFAULT_WORKERS`);
+            the first mods get one each, later ones share.
+        worker_memory_bytes: each worker's OS address-space limit (0: none; default
+            1 GiB). Passing it kills the worker; the call that did gets a ``memory`` trip.
+        wall_margin_s: how far past a call's wall budget a worker may run before it is
+            killed (the call gets a ``time`` trip); default 1 s.
+        pool: run the mods in this pool's workers instead of the game's own (the game
+            does not close it; its mod ids must be free in it). ``workers`` and
+            ``worker_memory_bytes`` are the pool's own then.
+
+    Raises:
+        ConfigError: an unknown ``isolation``, isolation options without
+            ``isolation="process"``, ``workers`` below 1, or both a ``pool`` and the
+            settings it already has. (Workers start with the first mods:
+            :meth:`load_mod` raises ``HostError`` if one cannot.)
     """
 
     def __init__(
@@ -149,7 +192,36 @@ class Game:
         seed: int | None = None,
         permissions: Permissions | None = None,
         jit: bool = True,
+        isolation: Isolation = "none",
+        workers: int | None = None,
+        worker_memory_bytes: int | None = None,
+        wall_margin_s: float | None = None,
+        pool: WorkerPool | None = None,
     ) -> None:
+        if isolation not in ("none", "process"):
+            raise ConfigError(f"isolation must be 'none' or 'process', not {isolation!r}")
+        if isolation == "none" and (workers is not None or worker_memory_bytes is not None
+                                    or wall_margin_s is not None or pool is not None):
+            raise ConfigError("workers, worker_memory_bytes, wall_margin_s and pool are "
+                              "options of isolation='process'")
+        if pool is not None and (workers is not None or worker_memory_bytes is not None):
+            raise ConfigError("a pool has its own workers and memory limit: give either the "
+                              "pool or workers/worker_memory_bytes")
+        if workers is not None and (not isinstance(workers, int) or workers < 1):
+            raise ConfigError("workers must be an int, 1 or more")
+        self.isolation: Isolation = isolation
+        self.wall_margin_s = DEFAULT_WALL_MARGIN_S if wall_margin_s is None else wall_margin_s
+        if not (isinstance(self.wall_margin_s, (int, float))
+                and math.isfinite(self.wall_margin_s) and self.wall_margin_s >= 0):
+            raise ConfigError("wall_margin_s must be a finite number of seconds, 0 or more")
+        self._own_pool = isolation == "process" and pool is None
+        self.pool: WorkerPool | None = pool
+        if self._own_pool:
+            self.pool = WorkerPool(
+                DEFAULT_WORKERS if workers is None else workers,
+                memory_limit_bytes=(DEFAULT_MEMORY_LIMIT_BYTES if worker_memory_bytes is None
+                                    else worker_memory_bytes))
+        self._stats_read = 0.0
         self.world = world if world is not None else World()
         self._own_registry = registry is None
         self.registry = registry if registry is not None else Registry(default_bindings())
@@ -202,7 +274,7 @@ class Game:
         permissions: Permissions | None = None,
         budget: Budget | None = None,
         access: Any = None,
-        prepare: Callable[[Sandbox], None] | None = None,
+        prepare: Callable[[Any], None] | None = None,
         replacing: bool = False,
     ) -> Mod:
         """Load a mod: a sandbox of its own, the engine library, then its main chunk.
@@ -221,12 +293,17 @@ class Game:
             prepare: called with the mod's sandbox after the engine library and before the
                 main chunk, to run more of the mod's own chunks in its environment (mod
                 packages define their ``require`` this way). A :class:`ScriptError` it
-                raises is a load failure, like the main chunk's.
+                raises is a load failure, like the main chunk's. In an isolated game it
+                gets the :class:`~moonbox.isolation.IsolatedSandbox` (``run``, ``load``,
+                ``start``), and is called again whenever the mod is built again in a fresh
+                worker.
             replacing: unload the loaded mod of that id first, and keep its place in the
                 dispatch order (a new version of the same mod).
 
         Raises:
             EngineError: ``invalid_mod_id``, ``duplicate_mod``, ``closed``.
+            ConfigError: (isolated) the mod id is taken in a pool the game was given.
+            HostError: (isolated) no worker could be started for the mod.
         """
         self._check_open()
         if not isinstance(mod_id, str) or not _MOD_ID.match(mod_id):
@@ -240,9 +317,26 @@ class Game:
             raise EngineError(f"a mod {mod_id!r} is loaded already", code="duplicate_mod")
         budget = budget or self.budget
         api = self.registry.mod(mod_id, permissions or self.permissions, access=access)
-        sandbox = api.sandbox(budget, jit=self.jit)
+        sandbox: Sandbox | IsolatedSandbox
+        try:
+            if self.pool is not None:
+                # The mod's data state is its key/value store, kept here in the host: the
+                # worker keeps no state global.
+                sandbox = IsolatedSandbox(budget, jit=self.jit, host_functions=api.host_functions,
+                                          pool=self.pool, mod_id=mod_id, state_global=None,
+                                          wall_margin_s=self.wall_margin_s,
+                                          respawn="next_call")
+            else:
+                sandbox = api.sandbox(budget, jit=self.jit)
+        except BaseException:
+            api.close()
+            raise
         mod = Mod(mod_id, api, sandbox, budget, chunk or f"@mods/{mod_id}/main.lua")
         mod._generation = sandbox.replacements
+        if isinstance(sandbox, IsolatedSandbox):
+            mod._isolated = True
+            mod._source, mod._prepare = source, prepare
+            mod.stats.worker = sandbox.worker_stats()
         self._mods[mod_id] = mod
         if place is not None:  # back at its place in the dispatch order
             ids = list(self._mods)
@@ -250,30 +344,51 @@ class Game:
             self._mods = {i: self._mods[i] for i in ids}
         else:
             self._order[mod_id] = len(self._order)
-        self._chain.append(mod_id)
+        self._build(mod, source, prepare)
+        return mod
+
+    def _build(self, mod: Mod, source: str | bytes, prepare: Callable[[Any], None] | None,
+               *, again: bool = False) -> bool:
+        """Run the engine library, ``prepare`` and the main chunk in the mod's sandbox;
+        whether all of it succeeded. A failure quarantines the mod: ``load``, or
+        ``runtime`` when building it ``again`` in a fresh worker."""
+        sandbox = mod.sandbox
+        self._chain.append(mod.id)
         try:
-            keeper = sandbox.start(_RUNTIME, RUNTIME_CHUNK)
-            outcome = keeper.resume(self._seed_for(mod_id))
+            if isinstance(sandbox, IsolatedSandbox):
+                # Compiled once into the mod's snapshot: a fresh worker compiles it again.
+                if mod._runtime_chunk is None:
+                    mod._runtime_chunk = sandbox.load(_RUNTIME, RUNTIME_CHUNK)
+                keeper: Any = sandbox.start(mod._runtime_chunk)
+            else:
+                keeper = sandbox.start(_RUNTIME, RUNTIME_CHUNK)
+            outcome = keeper.resume(self._seed_for(mod.id, mod.stats.restores))
             self._account(mod, outcome)
             if outcome.status != "yielded" or mod._dispatch is None:
-                self._load_failed(mod, outcome, RUNTIME_CHUNK[1:])
-                return mod
+                self._load_failed(mod, outcome, RUNTIME_CHUNK[1:], again)
+                return False
             mod._keeper = keeper
             if prepare is not None:
                 prepare(sandbox)
             outcome = sandbox.run(source, mod.chunk, max_resumes=1)
             self._account(mod, outcome)
             if not outcome.ok or outcome.status != "done":
-                self._load_failed(mod, outcome, mod.chunk.lstrip("@="))
+                self._load_failed(mod, outcome, mod.chunk.lstrip("@="), again)
+                return False
         except MoonboxError as exc:
             error = exc if isinstance(exc, ScriptError) else ScriptError(str(exc), chunk=mod.chunk)
-            failure = Failure(mod_id, "load", mod.chunk.lstrip("@="), error, self._tick)
-            self._quarantine(mod, "load", f"failed to load: {error}", failure)
+            failure = Failure(mod.id, "load", mod.chunk.lstrip("@="), error, self._tick)
+            if again:
+                self._quarantine(mod, "runtime", f"lost its worker and could not be built "
+                                 f"again: {error}; unload it and load it again", failure)
+            else:
+                self._quarantine(mod, "load", f"failed to load: {error}", failure)
+            return False
         finally:
             self._chain.pop()
-        return mod
+        return True
 
-    def _load_failed(self, mod: Mod, outcome: Outcome, where: str) -> None:
+    def _load_failed(self, mod: Mod, outcome: Outcome, where: str, again: bool = False) -> None:
         error = outcome.error or ScriptError(
             "the main chunk waited or yielded; register handlers and use wait() inside them",
             chunk=mod.chunk)
@@ -283,7 +398,11 @@ class Game:
             mod.stats.trips += 1
         else:
             mod.stats.errors += 1
-        self._quarantine(mod, "load", f"failed to load: {error}", failure)
+        if again:
+            self._quarantine(mod, "runtime", f"lost its worker and could not be built again: "
+                             f"{error}; unload it and load it again", failure)
+        else:
+            self._quarantine(mod, "load", f"failed to load: {error}", failure)
 
     def unload_mod(self, mod_id: str) -> None:
         """Unload a mod: its handlers, timers, tasks and exports go; its entities stay.
@@ -380,6 +499,9 @@ class Game:
         results = self.world.apply()
         report.results = results
         self._route(results)
+        if self.pool is not None and time.monotonic() - self._stats_read >= \
+                WORKER_STATS_INTERVAL_S:
+            self.worker_stats()
         return report
 
     def run(self, ticks: int) -> list[TickReport]:
@@ -387,15 +509,21 @@ class Game:
         return [self.tick() for _ in range(ticks)]
 
     def close(self) -> None:
-        """Close every mod's sandbox and release the game's bindings. Idempotent."""
+        """Close every mod's sandbox and release the game's bindings; an isolated game
+        stops and reaps its worker processes (not those of a pool it was given).
+        Idempotent."""
         if self._closed:
             return
         self._closed = True
-        for mod in self._mods.values():
-            self._release(mod)
-        self._scope.close()
-        if self._own_registry:
-            self.registry.close()
+        try:
+            for mod in self._mods.values():
+                self._release(mod)
+            self._scope.close()
+            if self._own_registry:
+                self.registry.close()
+        finally:
+            if self._own_pool and self.pool is not None:
+                self.pool.close()
 
     def __enter__(self) -> Game:
         return self
@@ -407,31 +535,124 @@ class Game:
         if self._closed:
             raise EngineError("the game is closed", code="closed")
 
-    def _seed_for(self, mod_id: str) -> int:
+    def _seed_for(self, mod_id: str, restores: int = 0) -> int:
         if self.seed is None:
             return secrets.randbelow(1 << 31)
-        digest = hashlib.sha256(f"{self.seed}:{mod_id}".encode()).digest()
+        # A mod built again in a fresh worker draws on from another seed, not the first
+        # numbers over again.
+        text = f"{self.seed}:{mod_id}" + (f":{restores}" if restores else "")
+        digest = hashlib.sha256(text.encode()).digest()
         return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+    # -- isolated mods -------------------------------------------------------------------
+
+    def worker_stats(self) -> list[WorkerStats]:
+        """Memory and CPU of each worker process of an isolated game, read now (each mod's
+        ``stats.worker`` is brought up to date too); ``[]`` in process."""
+        if self.pool is None:
+            return []
+        self._stats_read = time.monotonic()
+        stats = self.pool.stats()
+        by_key = {key: s for s in stats for key in s.mods}
+        for mod in self._mods.values():
+            worker = by_key.get(mod.id)
+            if worker is not None:
+                mod.stats.worker = worker
+        return stats
+
+    def _ready_isolated(self, mod: Mod) -> bool:
+        """Make sure an isolated mod's runtime is alive before it is called: a fresh worker
+        if its worker was lost, and the mod built again there. Whether it can be called."""
+        sandbox = mod.sandbox
+        assert isinstance(sandbox, IsolatedSandbox)
+        if not sandbox.lost and sandbox.restores == mod._built:
+            return True
+        try:
+            sandbox.revive()
+        except MoonboxError as exc:
+            self._lost(mod, f"lost its worker and no fresh one could start ({exc}); unload "
+                            "it and load it again")
+            return False
+        if sandbox.restores == mod._built:
+            return True
+        return self._rebuild(mod)
+
+    def _rebuild(self, mod: Mod) -> bool:
+        """Build a mod again in the fresh worker that took over from its lost one.
+
+        What lived in the lost runtime is gone: its callbacks, waiting tasks, exported
+        functions and every Lua value. The engine library, ``prepare`` and the main chunk
+        run again, so the mod registers its handlers, timers and exports anew; what that
+        main chunk asks of the world and sends to other mods is taken back (they saw it at
+        the first load), and the mod's key/value state, kept here in the host, is put back
+        as it was: the mod's last data snapshot. Its queued events stay queued."""
+        sandbox = mod.sandbox
+        assert isinstance(sandbox, IsolatedSandbox)
+        mod.stats.restores += 1
+        self._report.restored.append(mod.id)
+        state, state_bytes = dict(mod.state), dict(mod.state_bytes)
+        self._forget_runtime(mod)
+        world = self.world
+        world.rollback(mod.id)  # a transaction the lost runtime left open
+        first_command = world.next_command_id
+        outbox, events, emits = len(self._outbox), len(self._report.events), mod.emits_this_tick
+        ok = self._build(mod, mod._source, mod._prepare, again=True)
+        world.discard(mod.id, first_command)
+        self._outbox[outbox:] = [e for e in self._outbox[outbox:] if e.source != mod.id]
+        self._report.events[events:] = [e for e in self._report.events[events:]
+                                        if e.source != mod.id]
+        mod.emits_this_tick = emits
+        mod.state.clear()
+        mod.state.update(state)
+        mod.state_bytes.clear()
+        mod.state_bytes.update(state_bytes)
+        mod._built = sandbox.restores
+        return ok
+
+    def _forget_runtime(self, mod: Mod) -> None:
+        """Drop what the engine holds of a lost runtime: the callbacks, tasks, exports and
+        dispatcher that lived in it."""
+        for event in mod.by_event:
+            subs = self._subscribers.get(event, [])
+            if mod in subs:
+                subs.remove(mod)
+        mod.by_event.clear()
+        mod.callbacks.clear()
+        mod.timers.clear()
+        mod._stale_timers = 0
+        mod.tasks.clear()
+        mod.exports.clear()
+        if mod._dispatch is not None:
+            mod._dispatch.release()
+            mod._dispatch = None
+        mod._run = None
+        mod._keeper = None
+        mod._epoch += 1
 
     # -- dispatch ------------------------------------------------------------------------
 
     def _dispatch_mod(self, mod: Mod, t: int) -> None:
         mod.emits_this_tick = 0
+        if mod._isolated and not self._ready_isolated(mod):
+            return
+        # A mod whose worker is lost midway stops there: it is built again before its next
+        # call, and what it registered before is gone with the lost runtime.
+        epoch = mod._epoch
         handlers = mod.by_event.get("tick")
         if handlers:
             for cb in tuple(handlers):
-                if mod.quarantine is not None:
+                if mod.quarantine is not None or mod._epoch != epoch:
                     return
                 self._invoke(mod, cb, (t,))
         queue = mod.queue
-        while queue and mod.quarantine is None:
+        while queue and mod.quarantine is None and mod._epoch == epoch:
             event = queue.popleft()
             for cb in tuple(mod.by_event.get(event.name, ())):
-                if mod.quarantine is not None:
+                if mod.quarantine is not None or mod._epoch != epoch:
                     return
                 self._invoke(mod, cb, (event.data, event.name, event.source))
         timers = mod.timers
-        while timers and timers[0][0] <= t and mod.quarantine is None:
+        while timers and timers[0][0] <= t and mod.quarantine is None and mod._epoch == epoch:
             due, cid = heapq.heappop(timers)
             cb = mod.callbacks.get(cid)
             if cb is None or cb.due != due:
@@ -446,7 +667,7 @@ class Game:
         if mod.tasks:
             for task in sorted((k for k in mod.tasks.values() if k.due <= t),
                                key=lambda k: k.id):
-                if mod.quarantine is not None:
+                if mod.quarantine is not None or mod._epoch != epoch:
                     return
                 del mod.tasks[task.id]
                 values = self._resume(mod, task.label, task.where, None, -task.id)
@@ -557,9 +778,15 @@ class Game:
         self._fail(mod, label, where, error)
         if mod.sandbox.replacements != mod._generation and mod.quarantine is None:
             self._lost(mod, "lost its runtime, replaced after an out-of-memory trip")
+        elif mod._isolated and mod.sandbox.lost:  # type: ignore[union-attr]
+            # Its worker was lost (killed, crashed): so is everything in its runtime. The
+            # mod is built again in a fresh worker before its next call.
+            mod._epoch += 1
         return None
 
     def _start_dispatcher(self, mod: Mod) -> Any:
+        if mod._isolated and mod.sandbox.lost:  # type: ignore[union-attr]
+            return None  # built again before its next dispatch, not in the middle of this one
         handle = mod._dispatch
         if handle is None or not handle.valid:
             self._lost(mod, "lost its runtime")
@@ -862,6 +1089,19 @@ class Game:
             raise BindingError(f"mod {mod_id!r} is already in this call chain ("
                                f"{' -> '.join(self._chain)}) [reentrant]", reason="reentrant")
         arg = self._checked_copy(arg, "argument")
+        if target._isolated and (target.sandbox.lost  # type: ignore[union-attr]
+                                 or target.sandbox.restores != target._built):  # type: ignore[union-attr]
+            # Its worker was lost: a fresh one and the mod built again there first, on the
+            # host's time, not the caller's.
+            with call.excluded_time(REBUILD_EXCLUDE_S):
+                ready = self._ready_isolated(target)
+            if not ready:
+                raise BindingError(f"{mod_id}.{name} failed: it lost its worker and could not "
+                                   "be built again [export_failed]", reason="export_failed")
+            target, kind, where = self._exported(caller, mod_id, name)
+            if kind != "function":
+                raise BindingError(f"{mod_id}.{name} is data, not a function "
+                                   "[not_a_function]", reason="not_a_function")
         # Nested work borrows from the caller: no more wall time than it has left.
         left = call.time_left_s()
         if left <= 0:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from .._errors import MoonboxError, ScriptError
 from ..bindings import ModApi
+from ..isolation import IsolatedChunk, IsolatedRun, IsolatedSandbox, WorkerStats
 from ..sandbox import Budget, FunctionHandle, Run, Sandbox
 
 __all__ = ["Callback", "Event", "Failure", "Mod", "ModStats", "Quarantine", "Task"]
@@ -125,7 +126,11 @@ class ModStats:
     """What a mod has spent and done since it was loaded.
 
     ``memory_peak_bytes`` is the highest heap seen during a call (the heap now is
-    :attr:`Mod.memory_bytes`).
+    :attr:`Mod.memory_bytes`). In an isolated game (``Game(isolation="process")``),
+    ``restores`` counts the times the mod was built again in a fresh worker after its worker
+    was lost, and ``worker`` is the latest reading of its worker process (memory and CPU,
+    shared with the mods pinned to the same worker; refreshed about once a second while
+    the game ticks, and by :meth:`Game.worker_stats`); both stay 0 / ``None`` in process.
     """
 
     calls: int = 0
@@ -137,15 +142,21 @@ class ModStats:
     events_dropped: int = 0
     commands_applied: int = 0
     commands_refused: int = 0
+    restores: int = 0
+    worker: WorkerStats | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "calls": self.calls, "steps": self.steps, "wall_s": round(self.wall_s, 6),
             "memory_peak_bytes": self.memory_peak_bytes,
             "errors": self.errors, "trips": self.trips, "events_dropped": self.events_dropped,
             "commands_applied": self.commands_applied,
             "commands_refused": self.commands_refused,
         }
+        if self.worker is not None:
+            data["restores"] = self.restores
+            data["worker"] = self.worker.to_dict()
+        return data
 
 
 @dataclass(eq=False)
@@ -155,7 +166,8 @@ class Mod:
     Attributes:
         id: the mod's id.
         api: its bindings (:meth:`Registry.mod`).
-        sandbox: its own runtime.
+        sandbox: its own runtime: a :class:`~moonbox.sandbox.Sandbox`, or in an isolated
+            game an :class:`~moonbox.isolation.IsolatedSandbox` in one of the game's workers.
         budget: the budget of each of its calls.
         quarantine: why dispatch is suspended, or ``None``.
         stats: what it has spent.
@@ -164,7 +176,7 @@ class Mod:
 
     id: str
     api: ModApi
-    sandbox: Sandbox
+    sandbox: Sandbox | IsolatedSandbox
     budget: Budget
     chunk: str
     quarantine: Quarantine | None = None
@@ -182,10 +194,20 @@ class Mod:
     failures_in_a_row: int = 0
     trips_in_a_row: int = 0
     next_id: int = 1
-    _keeper: Run | None = field(default=None, repr=False)
+    _keeper: Run | IsolatedRun | None = field(default=None, repr=False)
     _dispatch: FunctionHandle | None = field(default=None, repr=False)
-    _run: Run | None = field(default=None, repr=False)
+    _run: Run | IsolatedRun | None = field(default=None, repr=False)
     _generation: int = 0
+    # Isolated mods: what it takes to build the mod again in a fresh worker (its main
+    # chunk, the host's preparation and the engine library compiled in the worker), and
+    # the sandbox's restore count it was last built at.
+    _isolated: bool = False
+    _source: str | bytes = field(default="", repr=False)
+    _prepare: Any = field(default=None, repr=False)
+    _runtime_chunk: IsolatedChunk | None = field(default=None, repr=False)
+    _built: int = 0
+    # Bumped whenever the mod's Lua side is lost: a dispatch in progress stops there.
+    _epoch: int = 0
 
     @property
     def active(self) -> bool:
@@ -194,9 +216,13 @@ class Mod:
 
     @property
     def memory_bytes(self) -> int:
-        """The mod's heap now, in bytes (0 once its sandbox is closed)."""
+        """The mod's heap now, in bytes (0 once its sandbox is closed, or while its worker
+        is lost)."""
+        sandbox = self.sandbox
+        if isinstance(sandbox, IsolatedSandbox) and sandbox.lost:
+            return 0
         try:
-            return self.sandbox.memory_used_bytes
+            return sandbox.memory_used_bytes
         except MoonboxError:
             return 0
 

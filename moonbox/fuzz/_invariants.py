@@ -26,6 +26,25 @@ Invariants (the names are what reproducers and reports show):
 Two more are checked by the process that drives the worker (:mod:`moonbox.fuzz._runner`):
 ``crash`` (the worker process died) and ``hang`` (it did not answer in time), and
 ``host-memory`` (the worker's resident memory grew past a bound over many programs).
+
+With ``isolate`` (``moonbox fuzz --isolate``) every program also runs through
+:class:`moonbox.isolation.IsolatedSandbox`, in a one-worker pool it shares with an isolated
+sibling, so the isolation layer itself is fuzzed: frames, outcomes decoded in the host,
+host functions served across the pipes, snapshots, kills and restores. Both runs use the
+same seed and ``deterministic`` pairs. On the isolated run:
+
+- ``outcome``, ``plain-data``, ``wall-time`` (around each resume, the crossing included)
+  and ``alive``, as above;
+- ``crash`` (the isolated worker died), ``hang`` (the watchdog killed it: the in-VM meter
+  did not stop the program) and ``worker-memory`` (it passed its OS memory limit: memory
+  the Lua allocator never saw);
+- ``isolation-parity``: the same status, error kind and budget kind as in process, and,
+  for the ``steps`` profile, the same values, reports and error message and line;
+- ``sibling``: the isolated sibling still answers and its environment and state snapshot
+  are unchanged, even when the program lost the worker they share (it is restored).
+
+The ``capability`` walk runs on the in-process run only: it reads the runtime from the
+host side, and the isolated runtime lives in another process.
 """
 
 from __future__ import annotations
@@ -74,6 +93,11 @@ MAX_REACH_ENTRIES = 200_000
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 _SMALLEST_ADDRESS = 1 << 24
+# The isolated worker's address space: the interpreter and moonbox take ~150 MiB of it.
+ISOLATED_MEMORY_LIMIT_BYTES = 768 << 20
+# How much later than the checker's margin the watchdog kills an isolated worker: a late
+# resume is a wall-time finding first, then a hang.
+ISOLATED_KILL_AFTER_S = 0.5
 _PYTHON_LEAKS = ("Traceback (most recent call last)", "_LuaTable", "_LuaFunction",
                  "LuaError", "<Lua table", "<Lua function", "lupa.")  # fmt: skip
 _STATUSES = ("done", "yielded", "error", "budget")
@@ -314,15 +338,19 @@ class Checker:
         jit: the metering mode of every sandbox.
         wall_s: the wall budget of each resume.
         margin_s: how late past ``wall_s`` a resume may end.
+        isolate: also run every program through an isolated sandbox and check the
+            isolation invariants (see the module's documentation).
     """
 
     def __init__(
         self, *, jit: bool = True, wall_s: float = DEFAULT_WALL_S,
-        margin_s: float = DEFAULT_MARGIN_S,
+        margin_s: float = DEFAULT_MARGIN_S, isolate: bool = False,
     ) -> None:
         self.jit = jit
         self.wall_s = wall_s
         self.margin_s = margin_s
+        self.isolate = isolate
+        self._seed = 1
         self._api = Registry(default_bindings()).mod("fuzz")
         self._reach = _lua_file("reach.lua")
         self._fingerprint = _lua_file("fingerprint.lua")
@@ -341,13 +369,29 @@ class Checker:
         ...): their real versions must be out of a mod's reach."""
         self._sibling = self._sandbox(Budget(steps=10_000_000, wall_s=5.0))
         self._sibling_print = self._sibling_fingerprint()
+        self._pool: Any = None
+        if isolate:
+            from ..isolation import WorkerPool
+
+            self._pool = WorkerPool(1, memory_limit_bytes=ISOLATED_MEMORY_LIMIT_BYTES)
+            self._programs = 0
+            self._iso_sibling = self._pool.sandbox(
+                "sibling", Budget(steps=10_000_000, wall_s=5.0),
+                host_functions=self._api.host_functions, jit=jit, seed=1, deterministic=True,
+                respawn="next_call")
+            self._iso_sibling.run("state = {answer = 42, name = 'sibling'}", "=fuzz-sibling")
+            self._iso_sibling_print = self._isolated_fingerprint()
 
     def close(self) -> None:
-        """Release the sibling sandbox and the bindings' scope."""
+        """Release the sibling sandboxes, the isolated worker and the bindings' scope."""
         self._sibling.close()
+        if self._pool is not None:
+            self._pool.close()
         self._api.close()
 
     def _sandbox(self, budget: Budget) -> Sandbox:
+        if self.isolate:  # the same random numbers and pairs order as the isolated run
+            return self._api.sandbox(budget, jit=self.jit, seed=self._seed, deterministic=True)
         return self._api.sandbox(budget, jit=self.jit)
 
     def parses(self, source: str) -> bool:
@@ -359,6 +403,7 @@ class Checker:
         result = CaseResult()
         budget = budget_for(profile, self.wall_s)
         expect_syntax = not self.parses(source)
+        self._seed = (self._seed * 1103515245 + 12345) % (1 << 31)
         sb = self._sandbox(budget)
         try:
             outcome = self._run(sb, source, budget, result)
@@ -369,7 +414,97 @@ class Checker:
         finally:
             sb.close()
         self._check_sibling(result)
+        if self.isolate:
+            try:
+                self._check_isolated(source, profile, budget, expect_syntax, outcome, result)
+            except Exception as exc:  # noqa: BLE001 - any escape is the finding
+                result.violations.append(_escaped(exc, "running the program isolated"))
         return result
+
+    # -- the isolated run ----------------------------------------------------------------
+
+    def _check_isolated(self, source: str, profile: str, budget: Budget,
+                        expect_syntax: bool, in_process: Outcome | None,
+                        result: CaseResult) -> None:
+        """Run the program through an isolated sandbox; every isolation invariant."""
+        self._programs += 1
+        sb = self._pool.sandbox(
+            f"program-{self._programs}", budget, host_functions=self._api.host_functions,
+            jit=self.jit, seed=self._seed, deterministic=True, state_global="state",
+            wall_margin_s=self.margin_s + ISOLATED_KILL_AFTER_S, respawn="next_call")
+        found = result.violations
+        try:
+            outcome = self._run_isolated(sb, source, budget, found)
+            if outcome is not None:
+                found.extend(self._isolated_outcome(sb, outcome, expect_syntax))
+                if in_process is not None:
+                    found.extend(_parity(profile, in_process, outcome, self.jit))
+            alive = sb.run("return 'alive'", "=fuzz-alive")
+            if alive.status != "done" or alive.values != ("alive",):
+                found.append(Violation("alive", f"the isolated sandbox no longer runs `return "
+                                       f"'alive'`: {alive.status} {alive.error or alive.values!r}"))
+        finally:
+            sb.close()
+        self._check_isolated_sibling(result)
+
+    def _run_isolated(self, sb: Any, source: str, budget: Budget,
+                      found: list[Violation]) -> Outcome | None:
+        try:
+            run = sb.start(source, CHUNK)
+        except ScriptError as exc:
+            return Outcome("error", (), exc)
+        outcome: Outcome | None = None
+        try:
+            for i in range(MAX_RESUMES):
+                t0 = time.perf_counter()
+                outcome = run.resume()
+                late = check_wall(time.perf_counter() - t0, budget, self.margin_s)
+                if late:
+                    found.append(Violation(late.invariant, "isolated: " + late.detail))
+                if outcome.status != "yielded" or i == MAX_RESUMES - 1:
+                    break
+                found.extend(check_outcome(outcome))
+        finally:
+            run.close()
+        return outcome
+
+    def _isolated_outcome(self, sb: Any, outcome: Outcome,
+                          expect_syntax: bool) -> list[Violation]:
+        """The outcome invariants, and the loss of the worker as the finding it is."""
+        from ..isolation import WorkerCrashed
+
+        error = outcome.error
+        if isinstance(error, WorkerCrashed):
+            return [Violation("crash", f"the isolated worker crashed: {error.message} "
+                                       f"(signal {error.signal}, status {error.exit_code})")]
+        found = check_outcome(outcome, expect_syntax=expect_syntax)
+        if sb.lost:
+            if outcome.budget == "memory":
+                found.append(Violation("worker-memory", "the isolated worker passed its OS "
+                                       f"memory limit ({ISOLATED_MEMORY_LIMIT_BYTES >> 20} MiB)"
+                                       ": memory the Lua allocator never saw"))
+            else:
+                found.append(Violation("hang", "the watchdog killed the isolated worker: the "
+                                       f"program was not stopped within its wall budget "
+                                       f"plus {self.margin_s + ISOLATED_KILL_AFTER_S} s"))
+        return found
+
+    def _isolated_fingerprint(self) -> Any:
+        out = self._iso_sibling.run(self._fingerprint, "=fuzz-sibling")
+        state = self._iso_sibling.run("return state.answer, state.name", "=fuzz-sibling")
+        return (out.status, out.values, str(out.error) if out.error else None, state.values)
+
+    def _check_isolated_sibling(self, result: CaseResult) -> None:
+        try:
+            now = self._isolated_fingerprint()
+        except Exception as exc:  # noqa: BLE001
+            result.violations.append(Violation(
+                "sibling", f"the isolated sibling failed: {exc!r}"))
+            return
+        if now != self._iso_sibling_print:
+            result.violations.append(Violation(
+                "sibling", "the isolated sibling changed (restored "
+                f"{self._iso_sibling.restores} times): {str(now)[:300]}"))
 
     def _run(self, sb: Sandbox, source: str, budget: Budget, result: CaseResult) -> Outcome | None:
         try:
@@ -447,6 +582,44 @@ class Checker:
             ))
         if not sum_ok:
             result.violations.append(Violation("sibling", "the sibling no longer answers 1 + 1"))
+
+
+def _canonical(value: Any) -> Any:
+    """A value as parity compares it: NaN equal to NaN, tables whatever their traversal
+    order (it follows addresses for table and boolean keys, which differ between runtimes)."""
+    if isinstance(value, float) and value != value:
+        return ("nan",)
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, dict):
+        return sorted(([_canonical(k), _canonical(v)] for k, v in value.items()), key=repr)
+    return value
+
+
+def _parity(profile: str, local: Outcome, isolated: Outcome, jit: bool = True,
+            ) -> list[Violation]:
+    """``isolation-parity``: the isolated run ended as the in-process one did."""
+    def shape(o: Outcome, full: bool) -> tuple[Any, ...]:
+        e = o.error
+        kind = None if e is None else (e.kind, o.budget)
+        if not full:
+            return (o.status, kind)
+        # Messages only for syntax errors: a runtime message may name the first value of a
+        # table that cannot cross, and which one comes first follows addresses. With the
+        # JIT off, where a trip lands follows the count hook's phase, which the host's own
+        # Lua helpers (run more often in a worker) move.
+        where = None if e is None or (o.status == "budget" and not jit) else (
+            e.message if e.kind == "syntax" else None, e.chunk, e.line)
+        return (o.status, kind, where, _canonical(o.values), list(o.reports))
+
+    if (profile == "time" and "budget" in (local.status, isolated.status)) or \
+            "time" in (local.budget, isolated.budget):
+        return []  # where a wall trip lands is the machine's doing
+    full = profile == "steps"
+    a, b = shape(local, full), shape(isolated, full)
+    if a == b:
+        return []
+    return [Violation("isolation-parity", f"in process {str(a)[:300]}; isolated {str(b)[:300]}")]
 
 
 def _diff(before: Any, after: Any) -> str:

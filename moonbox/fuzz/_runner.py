@@ -35,6 +35,7 @@ from ._invariants import (
     CHUNK,
     DEFAULT_MARGIN_S,
     DEFAULT_WALL_S,
+    ISOLATED_KILL_AFTER_S,
     MAX_RESUMES,
     Violation,
     budget_for,
@@ -79,14 +80,18 @@ class Worker:
             the worker is then unusable (start another).
     """
 
-    def __init__(self, *, jit: bool, wall_s: float, margin_s: float) -> None:
+    def __init__(self, *, jit: bool, wall_s: float, margin_s: float,
+                 isolate: bool = False) -> None:
         self.wall_s = wall_s
         self.margin_s = margin_s
+        self.isolate = isolate
         self._stderr = tempfile.TemporaryFile()
         command = [sys.executable, "-m", "moonbox.fuzz._worker", "--wall-s", str(wall_s),
                    "--margin-s", str(margin_s)]
         if not jit:
             command.append("--no-jit")
+        if isolate:
+            command.append("--isolate")
         self.process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
         )
@@ -109,6 +114,9 @@ class Worker:
         except (BrokenPipeError, OSError):
             raise WorkerDied(self._death("before the program was sent")) from None
         timeout = MAX_RESUMES * (self.wall_s + self.margin_s) + HANG_SLACK_S
+        if self.isolate:  # the program runs twice, and an isolated worker may start again
+            timeout += MAX_RESUMES * (self.wall_s + self.margin_s + ISOLATED_KILL_AFTER_S) \
+                + STARTUP_TIMEOUT_S
         answer = self._answer(timeout, "running the program")
         self.rss_bytes = answer["rss_bytes"]
         self.cases += 1
@@ -210,6 +218,7 @@ class FuzzReport:
 
     seed: int
     jit: bool
+    isolate: bool = False
     examples: int = 0
     failures: list[Failure] = field(default_factory=list)
     statuses: Counter[str] = field(default_factory=Counter)
@@ -228,6 +237,7 @@ class FuzzReport:
             "ok": self.ok,
             "seed": self.seed,
             "jit": self.jit,
+            "isolate": self.isolate,
             "examples": self.examples,
             "failures": [f.to_dict() for f in self.failures],
             "statuses": dict(sorted(self.statuses.items())),
@@ -248,20 +258,23 @@ def fuzz(
     rss_growth_bytes: int = DEFAULT_RSS_GROWTH_BYTES,
     out_dir: Path | None = None,
     on_example: Callable[[int, FuzzReport], None] | None = None,
+    isolate: bool = False,
 ) -> FuzzReport:
     """Run ``examples`` generated programs, each checked against every invariant.
 
     The same ``seed`` generates the same programs. Each failing program is written to
     ``out_dir`` as a reproducer (when given). ``on_example(index, report)`` is called after
-    each program, for progress.
+    each program, for progress. ``isolate``: each program also runs through
+    :class:`moonbox.isolation.IsolatedSandbox` and the isolation invariants are checked
+    (see :mod:`moonbox.fuzz._invariants`).
     """
-    report = FuzzReport(seed=seed, jit=jit)
+    report = FuzzReport(seed=seed, jit=jit, isolate=isolate)
     start = time.perf_counter()
     state: dict[str, Any] = {"worker": None, "baseline": None, "reported_rss": False}
 
     def worker() -> Worker:
         if state["worker"] is None:
-            state["worker"] = Worker(jit=jit, wall_s=wall_s, margin_s=margin_s)
+            state["worker"] = Worker(jit=jit, wall_s=wall_s, margin_s=margin_s, isolate=isolate)
             state["baseline"] = None
             state["reported_rss"] = False
             report.workers += 1
@@ -303,7 +316,7 @@ def fuzz(
             failure = Failure(index, case, violations)
             if out_dir is not None:
                 failure.path = write_reproducer(out_dir, failure, seed=seed, jit=jit,
-                                                wall_s=wall_s)
+                                                wall_s=wall_s, isolate=isolate)
             report.failures.append(failure)
         if on_example is not None:
             on_example(index, report)
@@ -332,13 +345,13 @@ def fuzz(
 
 
 def write_reproducer(out_dir: Path, failure: Failure, *, seed: int, jit: bool,
-                     wall_s: float) -> Path:
+                     wall_s: float, isolate: bool = False) -> Path:
     """Write a failing program as ``fuzz-<seed>-<example>.lua`` with a header comment: the
     violated invariants, the seed, the mode and the budget (and how to replay it)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"fuzz-{seed}-{failure.index}.lua"
     budget = budget_for(failure.case.profile, wall_s)
-    mode = "jit" if jit else "no-jit (count hook)"
+    mode = ("jit" if jit else "no-jit (count hook)") + (", isolated" if isolate else "")
     lines = [
         "-- moonbox fuzz reproducer",
         f"-- seed {seed}, example {failure.index}, mode {mode}, chunk {CHUNK}",
@@ -353,7 +366,8 @@ def write_reproducer(out_dir: Path, failure: Failure, *, seed: int, jit: bool,
         for i, text in enumerate(str(v).splitlines() or [""]):
             lines.append(("--   " if i == 0 else "--     ") + text)
     lines.append(
-        f"-- replay: moonbox run{'' if jit else ' --no-jit'} --steps {budget.steps} "
+        f"-- replay: moonbox run{'' if jit else ' --no-jit'}{' --isolate' if isolate else ''} "
+        f"--steps {budget.steps} "
         f"--memory {budget.alloc_bytes} --time {budget.wall_s} --heap {budget.max_memory} "
         f"{path.name}"
     )

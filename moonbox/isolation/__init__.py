@@ -3,7 +3,8 @@ in-VM check can stop (a VM bug, a C call that escapes every guard, memory the al
 see).
 
 An :class:`IsolatedSandbox` answers the calls of :class:`moonbox.sandbox.Sandbox`; host
-functions still run in the host, which validates every call. A :class:`WorkerPool` shares a
+functions still run in the host, which validates every call; a mod's functions stay in its
+worker and reach the host as :class:`RemoteFunction` handles. A :class:`WorkerPool` shares a
 bounded number of workers between many mods.
 """
 
@@ -15,6 +16,8 @@ from ._sandbox import (
     IsolatedChunk,
     IsolatedRun,
     IsolatedSandbox,
+    RemoteFunction,
+    Respawn,
 )
 
 __all__ = [
@@ -23,6 +26,8 @@ __all__ = [
     "IsolatedChunk",
     "IsolatedRun",
     "IsolatedSandbox",
+    "RemoteFunction",
+    "Respawn",
     "WorkerCrashed",
     "WorkerPool",
     "WorkerStats",

@@ -19,11 +19,11 @@ import psutil
 from .._errors import HostError, SandboxClosed, ScriptError
 from ._protocol import (
     EXIT_OUT_OF_MEMORY,
+    FrameCorrupt,
     FrameError,
     FrameReader,
     FrameTimeout,
-    pack,
-    write_packed,
+    FrameWriter,
 )
 from ._worker import TEST_HOOKS_ENV
 
@@ -34,6 +34,8 @@ log = logging.getLogger("moonbox.isolation")
 _HOST_BUG = "the host failed to handle this call (a host bug, logged)"
 
 LossCause = Literal["time", "memory", "crashed"]
+
+_CPU_WINDOW_S = 1.0  # the shortest window a worker's CPU share is taken over
 
 # The worker sets its own address-space limit before it loads anything (see _worker.main).
 _BOOT = (
@@ -90,6 +92,7 @@ class WorkerStats:
         memory_limit_bytes: its address-space limit (0: none).
         respawns: how many times a fresh worker took over from a lost one.
         mods: the mods pinned to it.
+        cpu_percent: its CPU use over the last second or more, in percent of one core.
     """
 
     pid: int | None
@@ -100,11 +103,13 @@ class WorkerStats:
     memory_limit_bytes: int
     respawns: int
     mods: tuple[str, ...]
+    cpu_percent: float = 0.0
 
     def to_dict(self) -> dict[str, object]:
         return {
             "pid": self.pid, "rss_bytes": self.rss_bytes, "vms_bytes": self.vms_bytes,
             "cpu_user_s": round(self.cpu_user_s, 3), "cpu_system_s": round(self.cpu_system_s, 3),
+            "cpu_percent": self.cpu_percent,
             "memory_limit_bytes": self.memory_limit_bytes, "respawns": self.respawns,
             "mods": list(self.mods),
         }
@@ -201,6 +206,9 @@ class WorkerProcess:
     Requests are serialized by a re-entrant lock: a host function serving one mod's call may
     run another mod of the same worker (the worker answers nested requests in order).
 
+    A lost worker is reaped at once and stays down until :meth:`revive` starts a fresh one
+    (a new :attr:`generation`): runs and sandboxes of the old one are gone.
+
     Args:
         memory_limit_bytes: the worker's address-space limit (0: none).
         startup_timeout_s: how long a new worker may take to say it is ready.
@@ -218,8 +226,10 @@ class WorkerProcess:
         self.mods: list[str] = []
         self._proc: subprocess.Popen[bytes] | None = None
         self._psutil: psutil.Process | None = None
+        self._cpu_seen: tuple[float, float] | None = None
         self._closed = False
         self._abandoned = False
+        self._down = True
         self._spawn()
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -248,23 +258,26 @@ class WorkerProcess:
             _close_fds(to_worker_r, from_worker_w)
         self._proc = proc
         self._pipes = pipes
-        self._reader = FrameReader(from_worker_r)
+        self._reader = FrameReader(from_worker_r, functions=True)
+        self._writer = FrameWriter(to_worker_w)
         self._killed_for: LossCause | None = None
         self._abandoned = False
+        self._down = False
+        self._cpu_seen = None
         self._finalizer = weakref.finalize(self, _finalize, proc, pipes)
         self.generation += 1
         try:
             ready = self.receive(time.monotonic() + self.startup_timeout_s)
         except WorkerLost as lost:
-            self._reap()
             raise HostError(f"a worker process could not start: {lost.detail}") from None
         if ready[0] != "ready":
             self._reap()
+            self._down = True
             raise HostError(f"a worker process sent {ready[0]!r} instead of ready")
         self._psutil = psutil.Process(proc.pid)
 
     def respawn(self) -> None:
-        """Reap the lost worker and start a fresh one (a new generation).
+        """Reap the worker (if it still runs) and start a fresh one (a new generation).
 
         Raises:
             SandboxClosed: this worker was closed (its pool or sandbox closed).
@@ -272,25 +285,30 @@ class WorkerProcess:
         """
         self._check_open()
         self._reap()
+        self._down = True
         self.respawns += 1
         self._spawn()
 
-    def revive(self) -> None:
-        """Start a fresh worker if the last one was stopped mid-request (see :meth:`request`).
+    def revive(self) -> bool:
+        """Start a fresh worker if the last one was lost or stopped mid-request; whether
+        one was started.
 
         Raises:
             SandboxClosed: this worker was closed.
             HostError: the fresh worker could not start.
         """
         self._check_open()
-        if self._abandoned:
+        if self._down or self._abandoned:
             self.respawn()
+            return True
+        return False
 
     def _abandon(self) -> None:
         """Stop a worker whose request the host gave up on: its answer (and every frame
         after it) would otherwise reach whatever request came next. Its mods lose their
         generation and are rebuilt from their snapshots in the fresh worker."""
         self._abandoned = True
+        self._down = True
         self.generation += 1  # runs and mods of the stopped worker no longer match it
         self._reap()
 
@@ -301,6 +319,11 @@ class WorkerProcess:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def down(self) -> bool:
+        """The worker was lost (or stopped) and no fresh one runs yet."""
+        return self._down
 
     @property
     def _write_fd(self) -> int:
@@ -315,11 +338,12 @@ class WorkerProcess:
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+        proc = self._proc
+        return proc.pid if proc is not None and not self._down and proc.poll() is None else None
 
     @property
     def alive(self) -> bool:
-        return not self._closed and self._proc is not None and self._proc.poll() is None
+        return not self._closed and self.pid is not None
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Ask the worker to exit (end of its input), kill it after ``timeout_s``; reap it."""
@@ -328,19 +352,17 @@ class WorkerProcess:
         self._closed = True
         proc = self._proc
         self._pipes.close_write()
-        if proc is not None:
+        if proc is not None and not self._down:
             try:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 pass
         self._reap()
+        self._down = True
 
     # -- frames --------------------------------------------------------------------------
 
     def send(self, value: Any, deadline: float | None = None) -> None:
-        self._send_packed(pack(value), deadline)
-
-    def _send_packed(self, data: bytes, deadline: float | None) -> None:
         """Send one frame, whole by ``deadline`` (monotonic seconds).
 
         Raises:
@@ -348,12 +370,14 @@ class WorkerProcess:
             WorkerLost: the worker is gone, or stopped reading past the deadline (it is
                 killed then).
         """
+        self._send_packed(self._writer.frame(value), deadline)
+
+    def _send_packed(self, data: bytes, deadline: float | None) -> None:
         self._check_open()
-        fd = self._pipes.write_fd
-        if fd < 0:
+        if self._pipes.write_fd < 0:
             raise self._lost("crashed")
         try:
-            write_packed(fd, data, deadline)
+            self._writer.write(data, deadline)
         except FrameTimeout:
             raise self._lost("time") from None
         except FrameError:
@@ -363,24 +387,34 @@ class WorkerProcess:
         """The next frame, all of it read by ``deadline`` (monotonic seconds).
 
         Raises:
-            WorkerLost: the worker died, or did not answer in time (it is killed then).
+            WorkerLost: the worker died, sent what is not a frame, or did not answer in
+                time (it is killed then).
         """
         if self._pipes.read_fd < 0:
             raise self._lost("crashed")
         try:
-            return self._reader.read(deadline)
+            reply = self._reader.read(deadline)
         except FrameTimeout:
             raise self._lost("time") from None
+        except FrameCorrupt as exc:
+            raise self.violation(str(exc)) from None
         except (FrameError, OSError):
             raise self._lost("crashed") from None
+        if type(reply) is not list or not reply or type(reply[0]) is not str:
+            raise self.violation(f"a frame that is no message: {str(reply)[:80]}")
+        return reply
 
     def request(self, value: Any, deadline: float | None,
                 serve: Callable[[list[Any]], list[Any]] | None = None,
-                extend: Callable[[], float | None] | None = None) -> list[Any]:
+                watch: Any = None, notes: list[Any] | None = None) -> list[Any]:
         """Send a request and return its answer, serving ``call`` frames on the way.
 
-        ``serve`` answers a ``call`` frame (a host function); ``extend`` gives a new deadline
-        when the worker reports the start of another resume (a ``tick`` frame).
+        ``serve`` answers a ``call`` frame (a host function). ``watch``, if given, holds the
+        deadline instead of ``deadline``: its ``deadline`` attribute is read before every
+        wait, ``tick()`` is called when the worker reports the start of another resume (a
+        ``tick`` frame) and ``served()`` after each call the host answered. ``notes`` are
+        frames the worker takes without answering, sent in the same write before the
+        request.
 
         Any other exception on the way (a ``KeyboardInterrupt``, a ``BaseException`` from a
         host function, a signal handler's timeout) abandons the request: the worker is killed,
@@ -389,45 +423,82 @@ class WorkerProcess:
 
         Raises:
             SandboxClosed: this worker was closed.
-            WorkerLost: see :meth:`receive`.
+            WorkerLost: see :meth:`receive`; also when the worker was lost while the host
+                served one of its calls (a nested request to the same worker lost it), or
+                is down.
+            TypeError: the request is not plain data (nothing was sent).
         """
         with self.lock:
             self._check_open()
-            data = pack(value)  # what cannot cross fails here, before anything is sent
+            if self._down:
+                raise WorkerLost("crashed", "the worker is down (revive it first)")
+            generation = self.generation
+            writer = self._writer
+            data = writer.frame(value)  # what cannot cross fails here, before anything is sent
+            if notes:
+                data = b"".join([*(writer.frame(note) for note in notes), data])
             try:
-                self._send_packed(data, deadline)
+                self._send_packed(data, deadline if watch is None else watch.deadline)
                 while True:
-                    reply = self.receive(deadline)
+                    reply = self.receive(deadline if watch is None else watch.deadline)
                     kind = reply[0]
                     if kind == "call":
-                        if serve is None:
-                            self.send(["err", "no host functions are served here", "failed"],
-                                      deadline)
-                        else:
-                            answer = serve(reply)
-                            try:
-                                self.send(answer, deadline)
-                            except (TypeError, ValueError, OverflowError):
-                                log.exception("a host function returned what cannot cross")
-                                self.send(["err", _HOST_BUG, "failed"], deadline)
+                        if len(reply) != 3 or type(reply[1]) is not str \
+                                or type(reply[2]) is not list:
+                            raise self.violation(f"a malformed call: {str(reply)[:80]}")
+                        # A worker past its deadline gets no more calls served: one that
+                        # only ever sends calls would otherwise never be waited on, and
+                        # never meet the watchdog.
+                        due = deadline if watch is None else watch.deadline
+                        if due is not None and time.monotonic() > due:
+                            raise self._lost("time")
+                        answer = (["err", "no host functions are served here", "failed"]
+                                  if serve is None else serve(reply))
+                        if self.generation != generation:
+                            raise WorkerLost("crashed", "the worker was lost while the host "
+                                             "served one of its calls")
+                        try:
+                            data = writer.frame(answer)
+                        except (TypeError, ValueError, OverflowError):
+                            log.exception("a host function returned what cannot cross")
+                            data = writer.frame(["err", _HOST_BUG, "failed"])
+                        if watch is not None:
+                            watch.served()
+                        self._send_packed(data, deadline if watch is None else watch.deadline)
                     elif kind == "tick":
-                        if extend is not None:
-                            deadline = extend()
+                        if watch is not None:
+                            watch.tick()
                     else:
-                        return reply
+                        return reply  # type: ignore[no-any-return]
             except (WorkerLost, SandboxClosed):
                 raise
             except BaseException:
-                if not self._abandoned and self._proc is not None:
+                if not self._down and self._proc is not None:
                     log.warning("worker %d stopped: the host abandoned its request",
                                 self._proc.pid)
                     self._abandon()
                 raise
 
+    def violation(self, detail: str) -> WorkerLost:
+        """The worker broke the protocol (what it sent is no frame, or no answer the host
+        can read): it is killed and reaped, as a crash. A worker that runs the mods' code
+        as written never does this; one that a VM bug took over might."""
+        proc = self._proc
+        if proc is not None and not self._down:
+            log.warning("worker %d broke the protocol: %s", proc.pid, detail)
+            _kill(proc)
+            self._reap()
+            self._down = True
+            self.generation += 1
+        return WorkerLost("crashed", f"the worker broke the protocol ({detail}) and was killed",
+                          signal="SIGKILL")
+
     def _lost(self, cause: LossCause) -> WorkerLost:
         """Classify the loss of the worker, after making sure it is dead and reaped."""
         proc = self._proc
         assert proc is not None
+        if self._down and not self._abandoned:
+            return WorkerLost("crashed", "the worker is down")
         if cause == "time" and proc.poll() is None:
             self._killed_for = "time"
             proc.send_signal(signal.SIGKILL)
@@ -437,6 +508,9 @@ class WorkerProcess:
             _kill(proc)
             code = proc.returncode
         self._reap()
+        if not self._down:
+            self._down = True
+            self.generation += 1
         if self._abandoned:
             return WorkerLost("crashed", "the worker was stopped: the host abandoned a request",
                               signal="SIGKILL")
@@ -459,17 +533,26 @@ class WorkerProcess:
     # -- accounting ----------------------------------------------------------------------
 
     def stats(self) -> WorkerStats:
-        """Memory and CPU of the worker now (zeros when it is not running)."""
+        """Memory and CPU of the worker now (zeros when it is not running). The CPU share is
+        taken over the time since an earlier reading at least a second old (since the
+        worker started, at first)."""
         rss = vms = 0
-        user = system = 0.0
+        user = system = share = 0.0
         pid = self.pid
         if pid is not None and self._psutil is not None:
             try:
                 with self._psutil.oneshot():
                     mem = self._psutil.memory_info()
                     cpu = self._psutil.cpu_times()
+                    started = self._psutil.create_time()
                 rss, vms, user, system = mem.rss, mem.vms, cpu.user, cpu.system
+                now = time.time()
+                seen_at, seen_cpu = self._cpu_seen or (started, 0.0)
+                if now > seen_at:
+                    share = max(0.0, (user + system - seen_cpu) / (now - seen_at) * 100)
+                if now - seen_at >= _CPU_WINDOW_S:  # readings close together share a window
+                    self._cpu_seen = (now, user + system)
             except psutil.Error:
                 pid = None
         return WorkerStats(pid, rss, vms, user, system, self.memory_limit_bytes,
-                           self.respawns, tuple(self.mods))
+                           self.respawns, tuple(self.mods), round(share, 1))

@@ -4,6 +4,13 @@ Both sides speak through two pipes. The host sends requests (a list whose first 
 the operation's name); while it serves one, the worker may send ``call`` frames (a host
 function it wants run) and the host answers each before the worker goes on. Outcomes and
 errors cross as plain lists and dicts, rebuilt into the sandbox's own types on the host.
+
+A function of a mod, passed to a host function that takes functions, crosses as a
+reference (msgpack extension :data:`FUNCTION_EXT`): the function stays in the worker.
+
+Each frame is one ``write`` and, when it is no larger than a read, one ``read``: a
+frame is packed whole (length and body) before it is written, and a reader takes what the
+pipe holds in one system call, keeping bytes past the frame for the next one.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ import os
 import select
 import struct
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -21,95 +28,178 @@ from ..sandbox import Outcome, Stats
 
 __all__ = [
     "EXIT_OUT_OF_MEMORY",
+    "FUNCTION_EXT",
+    "FrameCorrupt",
     "FrameError",
-    "FrameTimeout",
-    "decode_error",
-    "decode_outcome",
-    "encode_error",
-    "encode_outcome",
     "FrameReader",
+    "FrameTimeout",
+    "FrameWriter",
+    "FunctionRef",
+    "decode_error",
+    "decode_result",
+    "encode_error",
+    "encode_result",
     "pack",
     "write_frame",
-    "write_packed",
 ]
 
 # The worker's exit status when the OS refused it memory (its address-space limit).
 EXIT_OUT_OF_MEMORY = 86
 # Larger frames are refused: a result this big is a fault of the mod or of the protocol.
 MAX_FRAME_BYTES = 256 << 20
+# The msgpack extension code of a function reference (worker to host only).
+FUNCTION_EXT = 1
 
 _HEADER = struct.Struct("<I")
+_READ_BYTES = 1 << 16
+_tuple_new = tuple.__new__
 
 
 class FrameError(Exception):
     """The other side closed the pipe, or sent something that is not a frame."""
 
 
+class FrameCorrupt(FrameError):
+    """The other side sent something that is not a frame (it may still be running)."""
+
+
 class FrameTimeout(Exception):
     """The deadline passed before a whole frame could be read or written."""
 
 
-def _wait(fd: int, events: int, deadline: float | None) -> None:
-    """Wait until ``fd`` is ready for ``events``, at most until ``deadline`` (monotonic
-    seconds; ``None``: no limit). A deadline already past still takes what is ready now.
+class FunctionRef(NamedTuple):
+    """A mod's function as the worker names it: its key in the worker's sandbox and where
+    it was defined. The host turns it into a handle (see ``_sandbox.RemoteFunction``)."""
 
-    Raises:
-        FrameTimeout: the deadline passed first.
-    """
-    timeout_ms = None
-    if deadline is not None:
-        timeout_ms = max(0, int((deadline - time.monotonic()) * 1000) + 1)
-    poll = select.poll()
-    poll.register(fd, events)
-    if not poll.poll(timeout_ms):
-        raise FrameTimeout("the deadline passed in the middle of a frame")
+    key: int
+    chunk: str
+    line: int
+
+
+def function_ext(key: int, chunk: str, line: int) -> msgpack.ExtType:
+    """The extension value the worker sends for one of the mod's functions."""
+    return msgpack.ExtType(FUNCTION_EXT, msgpack.packb([key, chunk, line], use_bin_type=True))
+
+
+def _ext_hook(code: int, data: bytes) -> FunctionRef:
+    if code != FUNCTION_EXT:
+        raise ValueError(f"unknown msgpack extension {code}")
+    key, chunk, line = msgpack.unpackb(data, raw=False)
+    if type(key) is not int or type(chunk) is not str or type(line) is not int:
+        raise ValueError("a malformed function reference")
+    return FunctionRef(key, chunk, line)
 
 
 def pack(value: Any) -> bytes:
-    """One frame: length and msgpack body."""
+    """One frame: length and msgpack body (a fresh packer: safe from any thread)."""
     body = msgpack.packb(value, use_bin_type=True)
     return _HEADER.pack(len(body)) + body
 
 
-def write_frame(fd: int, value: Any, deadline: float | None = None) -> None:
-    """Write one frame, whole. With a ``deadline`` (monotonic seconds) the write waits for
-    room in the pipe at most until then; ``fd`` should then be non-blocking, or one large
-    write could still block past it.
+class _Poller:
+    """One poll object for one descriptor, registered once."""
 
-    Raises:
-        FrameError: the reader is gone.
-        FrameTimeout: the deadline passed before the whole frame was written.
-        TypeError: the value is not plain data msgpack can carry.
-    """
-    write_packed(fd, pack(value), deadline)
+    __slots__ = ("_poll",)
 
+    def __init__(self, fd: int, events: int) -> None:
+        self._poll = select.poll()
+        self._poll.register(fd, events)
 
-def write_packed(fd: int, data: bytes, deadline: float | None = None) -> None:
-    """Write one frame made by :func:`pack` (see :func:`write_frame`)."""
-    view = memoryview(data)
-    while view:
+    def wait(self, deadline: float | None) -> None:
+        """Wait until the descriptor is ready, at most until ``deadline`` (monotonic
+        seconds; ``None``: no limit). A deadline already past still takes what is ready.
+
+        Raises:
+            FrameTimeout: the deadline passed first.
+        """
+        timeout_ms = None
         if deadline is not None:
-            _wait(fd, select.POLLOUT, deadline)
+            timeout_ms = max(0, int((deadline - time.monotonic()) * 1000) + 1)
+        if not self._poll.poll(timeout_ms):
+            raise FrameTimeout("the deadline passed in the middle of a frame")
+
+
+class FrameWriter:
+    """Writes frames to one pipe, each packed whole and written in one system call when
+    the pipe has room. The packer is reused: a writer belongs to one thread at a time.
+
+    Args:
+        fd: the pipe's write end. Non-blocking if the writes must keep deadlines (the host's
+            side); blocking otherwise (the worker's side).
+    """
+
+    __slots__ = ("fd", "_packer", "_poller")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._packer = msgpack.Packer(use_bin_type=True)
+        self._poller: _Poller | None = None
+
+    def frame(self, value: Any) -> bytes:
+        """``value`` packed as a frame.
+
+        Raises:
+            TypeError, ValueError, OverflowError: the value is not plain data msgpack can carry.
+        """
+        body = self._packer.pack(value)
+        return _HEADER.pack(len(body)) + body
+
+    def send(self, value: Any, deadline: float | None = None) -> None:
+        """Pack and write one frame (see :meth:`write`)."""
+        self.write(self.frame(value), deadline)
+
+    def write(self, data: bytes, deadline: float | None = None) -> None:
+        """Write packed frames, whole. When the pipe is full, wait for room at most until
+        ``deadline`` (monotonic seconds; ``None``: as long as it takes).
+
+        Raises:
+            FrameError: the reader is gone.
+            FrameTimeout: the deadline passed before everything was written.
+        """
+        fd = self.fd
         try:
-            written = os.write(fd, view)
+            written = os.write(fd, data)
         except BlockingIOError:
-            if deadline is None:
-                _wait(fd, select.POLLOUT, None)
-            continue
+            written = 0
         except OSError as exc:
             raise FrameError(f"the pipe closed: {exc}") from None
-        view = view[written:]
+        if written == len(data):
+            return
+        view = memoryview(data)[written:]
+        if self._poller is None:
+            self._poller = _Poller(fd, select.POLLOUT)
+        while view:
+            self._poller.wait(deadline)
+            try:
+                written = os.write(fd, view)
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                raise FrameError(f"the pipe closed: {exc}") from None
+            view = view[written:]
+
+
+def write_frame(fd: int, value: Any, deadline: float | None = None) -> None:
+    """Write one frame to ``fd`` (a fresh writer; see :class:`FrameWriter`)."""
+    FrameWriter(fd).send(value, deadline)
 
 
 class FrameReader:
     """Reads frames from one pipe, a large read at a time: a frame usually arrives whole in
-    one system call, and bytes past it wait in the buffer for the next frame."""
+    one system call, and bytes past it wait in the buffer for the next frame.
 
-    __slots__ = ("fd", "_buffer")
+    Args:
+        fd: the pipe's read end: non-blocking when reads keep deadlines (the host's side).
+        functions: accept function references (the host reading a worker).
+    """
 
-    def __init__(self, fd: int) -> None:
+    __slots__ = ("fd", "_buffer", "_poller", "_ext")
+
+    def __init__(self, fd: int, *, functions: bool = False) -> None:
         self.fd = fd
         self._buffer = b""
+        self._poller: _Poller | None = None
+        self._ext = _ext_hook if functions else None
 
     def pending(self) -> bool:
         """A whole frame is already buffered (no need to wait for the pipe)."""
@@ -120,12 +210,16 @@ class FrameReader:
         fd = self.fd
         while True:
             if deadline is not None:
-                _wait(fd, select.POLLIN, deadline)
+                if self._poller is None:
+                    self._poller = _Poller(fd, select.POLLIN)
+                self._poller.wait(deadline)
             try:
                 chunk = os.read(fd, size)
             except BlockingIOError:
-                if deadline is None:
-                    _wait(fd, select.POLLIN, None)
+                if deadline is None:  # a non-blocking pipe read without a deadline
+                    if self._poller is None:
+                        self._poller = _Poller(fd, select.POLLIN)
+                    self._poller.wait(None)
                 continue
             if not chunk:
                 raise FrameError("the pipe closed")
@@ -136,12 +230,15 @@ class FrameReader:
         as long as it takes).
 
         Raises:
-            FrameError: end of file, or a frame past the size limit.
+            FrameError: end of file, a frame past the size limit, or one that does not
+                decode.
             FrameTimeout: the deadline passed before the whole frame arrived (what was read
                 stays buffered).
             OSError: reading the pipe failed.
         """
         buf = self._buffer
+        if not buf:
+            buf = self._read_some(_READ_BYTES, deadline)
         while len(buf) < 4:
             try:
                 buf += self._read_some(_READ_BYTES, deadline)
@@ -150,7 +247,7 @@ class FrameReader:
                 raise
         (size,) = _HEADER.unpack_from(buf)
         if size > MAX_FRAME_BYTES:
-            raise FrameError(f"a frame of {size} bytes is past the limit")
+            raise FrameCorrupt(f"a frame of {size} bytes is past the limit")
         end = 4 + size
         if len(buf) < end:
             parts = [buf]
@@ -164,11 +261,12 @@ class FrameReader:
                 parts.append(chunk)
                 got += len(chunk)
             buf = b"".join(parts)
-        self._buffer = buf[end:]
-        return msgpack.unpackb(buf[4:end], raw=False, strict_map_key=False)
-
-
-_READ_BYTES = 1 << 16
+        self._buffer = buf[end:] if len(buf) > end else b""
+        try:
+            return msgpack.unpackb(buf[4:end], raw=False, strict_map_key=False,
+                                   ext_hook=self._ext)
+        except Exception as exc:  # noqa: BLE001 - whatever the bytes were, not a frame
+            raise FrameCorrupt(f"a frame that does not decode: {exc!r}") from None
 
 
 def encode_error(error: ScriptError | None) -> dict[str, Any] | None:
@@ -197,13 +295,23 @@ def decode_error(data: dict[str, Any] | None) -> ScriptError | None:
                        traceback=frames, kind=data["kind"])
 
 
-def encode_outcome(outcome: Outcome) -> list[Any]:
+# The answer to a request that ran mod code (``run``, ``resume``), one flat list:
+# ["r", status, values, steps, peak, wall_s, error, snapshot, replacements]
+# snapshot: None (none taken), [value] (the state after an ok resume), or a string (why
+# none could be taken). replacements: the runtime replacements of the mod's sandbox so far.
+
+
+def encode_result(outcome: Outcome, snapshot: Any, replacements: int) -> list[Any]:
     s = outcome.stats
-    return [outcome.status, list(outcome.values), encode_error(outcome.error),
-            [s.steps, s.memory_peak_bytes, s.wall_s]]
+    error = outcome.error
+    return ["r", outcome.status, outcome.values, s[0], s[1], s[2],
+            None if error is None else encode_error(error), snapshot, replacements]
 
 
-def decode_outcome(data: list[Any], reports: tuple[str, ...]) -> Outcome:
-    """The outcome a worker sent, with the reports the host collected while serving it."""
-    status, values, error, stats = data
-    return Outcome(status, tuple(values), decode_error(error), reports, Stats(*stats))
+def decode_result(reply: list[Any], reports: tuple[str, ...]) -> Outcome:
+    """The outcome in a worker's ``r`` answer, with the reports the host collected while
+    serving it."""
+    error = reply[6]
+    return _tuple_new(Outcome, (reply[1], tuple(reply[2]),
+                                None if error is None else decode_error(error), reports,
+                                _tuple_new(Stats, (reply[3], reply[4], reply[5]))))

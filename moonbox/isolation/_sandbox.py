@@ -24,6 +24,7 @@ from .._errors import (
 from ..sandbox import (
     LUA_KEYWORDS,
     Budget,
+    FunctionHandle,
     HostCall,
     HostFunction,
     Outcome,
@@ -34,7 +35,7 @@ from ..sandbox import (
 )
 from ..sandbox._sandbox import MAX_REPORT_CHARS, MAX_REPORTS  # the same caps as in process
 from ._process import WorkerCrashed, WorkerLost, WorkerProcess, WorkerStats
-from ._protocol import decode_error, decode_outcome
+from ._protocol import FunctionRef, decode_error, decode_result
 
 if TYPE_CHECKING:
     from ._pool import WorkerPool
@@ -45,6 +46,8 @@ __all__ = [
     "IsolatedChunk",
     "IsolatedRun",
     "IsolatedSandbox",
+    "RemoteFunction",
+    "Respawn",
 ]
 
 log = logging.getLogger("moonbox.isolation")
@@ -59,11 +62,18 @@ DEFAULT_WALL_MARGIN_S = 1.0
 # Requests that run no mod code (create, load, restore) answer within this.
 OPERATION_TIMEOUT_S = 30.0
 
-_HOST_BUG = "the host failed to handle this call (a host bug, logged)"
+Respawn = Literal["now", "next_call"]
+"""When a fresh worker takes over from a lost one: at once, in the call that lost it
+(``now``), or on the mod's next call (``next_call``: the engine's choice, so that the
+restart is never charged to a call that only waited on the lost one)."""
+
 _FINISHED = frozenset({"done", "error", "budget"})
+_OK_STATUSES = frozenset({"done", "yielded", "preempted"})
+_STATUSES = _OK_STATUSES | {"error", "budget"}
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ids = itertools.count(1)
 _FAILS = {"ConfigError": ConfigError, "SandboxClosed": SandboxClosed}
+_HOST_BUG = "the host failed to handle this call (a host bug, logged)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +84,31 @@ class IsolatedChunk:
     checks: int
     _id: int = field(repr=False)
     _sandbox_id: int = field(repr=False)
+
+
+class RemoteFunction(FunctionHandle):
+    """A function of a mod whose runtime lives in a worker: what a host function that takes
+    functions gets from an isolated sandbox (the function itself stays in the worker).
+
+    It behaves as a :class:`~moonbox.sandbox.FunctionHandle`: ``sandbox.start(handle)`` and
+    ``sandbox.run(handle, args=...)`` run it in the worker, :meth:`release` lets it go (the
+    worker hears of it with the sandbox's next request). It is no longer :attr:`valid` once
+    its worker is lost: a fresh worker does not hold the mod's functions.
+    """
+
+    __slots__ = ()
+
+    @property
+    def valid(self) -> bool:
+        """False once released, when its sandbox is closed, or once its worker was lost
+        (or the runtime in it replaced)."""
+        sb: IsolatedSandbox = self.sandbox  # type: ignore[assignment]
+        # Its _generation is the incarnation of the mod's runtime it came from.
+        return (self._key is not None and not sb._closed and sb._made == self._generation
+                and not sb.lost)
+
+    def __repr__(self) -> str:
+        return f"<RemoteFunction {self.where}{'' if self.valid else ' (invalid)'}>"
 
 
 class _Reports:
@@ -94,6 +129,44 @@ class _Reports:
         self.reports.append(text)
 
 
+class _Watch:
+    """The watchdog's deadline for the request in flight, and the resume's own deadline
+    that :class:`HostCall` reads (on the sandbox)."""
+
+    __slots__ = ("sandbox", "deadline", "limit", "wall_s")
+
+    def __init__(self, sandbox: IsolatedSandbox) -> None:
+        self.sandbox = sandbox
+        self.deadline = math.inf
+        self.limit = math.inf  # what served() may push the deadline to, at most
+        self.wall_s = 0.0
+
+    def begin(self, wall_s: float) -> None:
+        self.wall_s = wall_s
+        self.tick()
+
+    def tick(self) -> None:
+        """A resume begins: its own wall budget, and the watchdog's margin past it."""
+        sb = self.sandbox
+        now = time.monotonic()
+        sb._start, sb._deadline = now, now + self.wall_s
+        self.deadline = now + self.wall_s + sb.wall_margin_s
+        self.limit = self.deadline + sb.wall_margin_s
+
+    def served(self) -> None:
+        """The host answered a call: the worker gets the margin to go on (its own meter
+        bounds the rest of the resume), but never more than one margin more in all, so a
+        worker that only sends calls cannot keep the host serving it."""
+        later = min(time.monotonic() + self.sandbox.wall_margin_s, self.limit)
+        if later > self.deadline:
+            self.deadline = later
+
+    def extend(self, seconds: float) -> None:
+        """Host work excluded from the resume's budget (an approval): both move."""
+        self.deadline += seconds
+        self.limit += seconds
+
+
 class IsolatedRun(_Reports):
     """A chunk running in a coroutine in the worker; each :meth:`resume` gets a fresh budget.
 
@@ -102,18 +175,18 @@ class IsolatedRun(_Reports):
     coroutines, is what a snapshot restores).
     """
 
-    __slots__ = ("sandbox", "chunk", "status", "resumes", "_id", "_generation", "_steps",
+    __slots__ = ("sandbox", "chunk", "status", "resumes", "_id", "_made", "_steps",
                  "_peak", "_wall_s")
 
     def __init__(self, sandbox: IsolatedSandbox, chunk: IsolatedChunk, run_id: int,
-                 generation: int) -> None:
+                 made: int) -> None:
         super().__init__()
         self.sandbox = sandbox
         self.chunk = chunk
         self.status: Status | Literal["new"] = "new"
         self.resumes = 0
         self._id = run_id
-        self._generation = generation
+        self._made = made  # the incarnation of the mod's runtime that holds it
         self._steps = 0
         self._peak = 0
         self._wall_s = 0.0
@@ -121,6 +194,13 @@ class IsolatedRun(_Reports):
     @property
     def finished(self) -> bool:
         return self.status in _FINISHED
+
+    @property
+    def _open(self) -> bool:
+        """Resumable: not finished, and its sandbox still lives in the worker that holds it."""
+        sb = self.sandbox
+        return (self.status not in _FINISHED and not sb._closed and sb._made == self._made
+                and not sb.lost)
 
     @property
     def stats(self) -> Stats:
@@ -134,22 +214,24 @@ class IsolatedRun(_Reports):
                 that held it was lost.
         """
         sb = self.sandbox
-        if self.finished or self.status == "closed":
+        if self.status in _FINISHED:
             raise SandboxClosed(f"the run of {self.chunk.name} is finished ({self.status})")
         sb._check_open()
-        if sb._worker.generation != self._generation or sb._generation != self._generation:
+        if sb._made != self._made or sb.lost:
             self.status = "error"
             raise SandboxClosed(f"the run of {self.chunk.name} was lost with its worker; "
                                 "start it again")
         first = len(self.reports)
-        frame = ["resume", sb._id, self._id, list(args), sb._budget_frame(budget)]
+        frame = ["resume", sb._id, self._id, args,
+                 None if budget is None else sb._budget_frame(budget)]
         outcome = sb._exchange(frame, budget or sb.budget, self.chunk.name, self, first)
         self.resumes += 1
-        s = outcome.stats
-        self._steps += s.steps
-        self._peak = max(self._peak, s.memory_peak_bytes)
-        self._wall_s += s.wall_s
-        self.status = outcome.status
+        s = outcome[4]
+        self._steps += s[0]
+        if s[1] > self._peak:
+            self._peak = s[1]
+        self._wall_s += s[2]
+        self.status = outcome[0]
         return outcome
 
     def finish(self, *args: Any, max_resumes: int = 1000, budget: Budget | None = None) -> Outcome:
@@ -174,7 +256,7 @@ class IsolatedRun(_Reports):
         if not self.finished:
             self.status = "error"
             sb = self.sandbox
-            if not sb._closed and sb._generation == self._generation == sb._worker.generation:
+            if not sb._closed and sb._made == self._made and not sb.lost:
                 try:
                     sb._operation(["close_run", sb._id, self._id])
                 except (HostError, SandboxClosed):
@@ -187,7 +269,9 @@ class IsolatedSandbox:
     It takes the options of :class:`moonbox.sandbox.Sandbox` and answers the same calls
     (:meth:`load`, :meth:`start`, :meth:`run`, runs with :meth:`IsolatedRun.resume` and
     :meth:`IsolatedRun.finish`). Host functions run in the host: the worker's sandbox holds
-    proxies that send each call here, where it is validated and served.
+    proxies that send each call here, where it is validated and served. A host function
+    that takes the mod's functions gets :class:`RemoteFunction` handles, which start runs
+    in the worker.
 
     A worker that overruns the wall budget by more than ``wall_margin_s``, passes its memory
     limit, crashes or stops answering is killed; the call returns ``budget`` (kind ``time``
@@ -207,6 +291,8 @@ class IsolatedSandbox:
             every ok resume and restored into a fresh worker; ``None``: no state is kept.
         pool: run in this pool's worker for ``mod_id`` instead of a worker of its own.
         mod_id: the mod's id in the pool (and in statistics).
+        respawn: ``now`` (default): a fresh worker takes over in the call that lost the
+            last one; ``next_call``: on the mod's next call (or :meth:`revive`).
 
     Raises:
         ConfigError: an option that cannot be enforced (as :class:`Sandbox`, or a bad
@@ -232,6 +318,7 @@ class IsolatedSandbox:
         state_global: str | None = "state",
         pool: WorkerPool | None = None,
         mod_id: str | None = None,
+        respawn: Respawn = "now",
         _test_hooks: bool = False,
     ) -> None:
         self.budget = budget or Budget()
@@ -249,17 +336,20 @@ class IsolatedSandbox:
                                          or state_global in LUA_KEYWORDS
                                          or state_global.startswith("__mb")):
             raise ConfigError(f"state_global {state_global!r} is not a Lua global name")
+        if respawn not in ("now", "next_call"):
+            raise ConfigError(f"respawn must be 'now' or 'next_call', not {respawn!r}")
         self.wall_margin_s = float(wall_margin_s)
         self.state_global = state_global
+        self.respawn = respawn
         self.mod_id = mod_id or f"sandbox-{id(self):x}"
         self._functions: dict[str, HostFunction] = {}
+        self._takes_functions: set[str] = set()
         for hf in host_functions:
             if hf.name in self._functions:
                 raise ConfigError(f"two host functions are named {hf.name!r}")
-            if getattr(hf, "accepts_functions", False):
-                log.info("%s: functions cannot cross a process boundary; %r gets none",
-                         self.mod_id, hf.name)
             self._functions[hf.name] = hf
+            if getattr(hf, "accepts_functions", False):
+                self._takes_functions.add(hf.name)
         self._id = next(_ids)
         self._chunks: dict[int, tuple[str | bytes, str, int]] = {}
         self._chunk_ids = itertools.count(1)
@@ -267,18 +357,25 @@ class IsolatedSandbox:
         self._snapshot: tuple[Any, ...] = ()  # () none yet, else (value,)
         self._closed = False
         self.restores = 0
+        self.replacements = 0
+        self._replaced_here = 0  # replacements the worker's sandbox of this mod reported
         self._pool = pool
+        # Keys of released RemoteFunctions, told to the worker with the next request.
+        self._dropped: list[int] = []
         # What HostCall reads of a sandbox (moonbox.sandbox.HostCall): the time left is the
-        # resume's as the host sees it; excluded time cannot extend a worker's own clock.
+        # resume's as the host sees it; excluded time moves the worker's clock too (_serve).
         self._running: Any = None
         self._deadline = math.inf
         self._start = 0.0
         self._clock = time.monotonic
         self._excluded_start = 0.0
         self._excluded_s = 0.0
-        self._h_extend = None
+        self._excluded_pending = 0.0
+        self._watch = _Watch(self)
         self._call = HostCall(self, None, "")  # type: ignore[arg-type]
-        self._generation = 0
+        self._generation = 0  # the worker generation the mod lives in (0: none yet)
+        self._made = 0  # incarnations of the mod's runtime: its runs and functions name one
+        self._remake = False  # the worker replaced the runtime: make the mod again
         if pool is not None:
             self._worker = pool._pin(self.mod_id)
         else:
@@ -299,7 +396,8 @@ class IsolatedSandbox:
             "budget": self.budget.model_dump(),
             "jit": self.jit,
             "preempt": self.preempt,
-            "functions": [[hf.name, hf.cost] for hf in self._functions.values()],
+            "functions": [[hf.name, hf.cost, hf.name in self._takes_functions]
+                          for hf in self._functions.values()],
             "value_limits": self.value_limits.model_dump(),
             "seed": self.seed,
             "deterministic": self.deterministic,
@@ -307,14 +405,21 @@ class IsolatedSandbox:
         }
 
     def _ensure(self) -> None:
-        """Make sure the current worker holds this mod: create it, compile its chunks again
-        and restore its state snapshot when the worker is new."""
+        """Make sure a live worker holds this mod: start one if the last was lost, then
+        create the mod there, compile its chunks again and restore its state snapshot.
+
+        Raises:
+            WorkerLost: the worker was lost while the mod was being restored.
+            HostError: a fresh worker could not start.
+        """
         worker = self._worker
-        worker.revive()  # a worker stopped mid-request (abandoned) is replaced first
-        if self._generation == worker.generation:
+        worker.revive()  # a lost or abandoned worker is replaced first
+        if self._generation == worker.generation and not self._remake:
             return
-        if self._generation:
+        if self._generation and self._generation != worker.generation:
             self.restores += 1
+        self._dropped = []  # keys of the old runtime: a new one may reuse them
+        self._replaced_here = 0
         deadline = time.monotonic() + OPERATION_TIMEOUT_S
         self._check(worker.request(["new", self._id, self._config()], deadline))
         for cid, (source, name, _checks) in self._chunks.items():
@@ -322,14 +427,59 @@ class IsolatedSandbox:
         if self._snapshot:
             self._check(worker.request(["restore", self._id, self._snapshot[0]], deadline))
         self._generation = worker.generation
+        self._made += 1
+        self._remake = False
 
-    @staticmethod
-    def _check(reply: list[Any]) -> list[Any]:
+    def revive(self) -> bool:
+        """Bring the mod back if its worker was lost: a fresh worker (unless another mod
+        of a pool started one already) and the mod restored there from its snapshot. Its
+        runs and functions are gone. Whether the mod was restored now.
+
+        Raises:
+            SandboxClosed: the sandbox (or its pool) is closed.
+            HostError: a fresh worker could not start, or was lost while restoring the mod.
+        """
+        self._check_open()
+        with self._worker.lock:
+            before = self.restores
+            try:
+                self._ensure()
+            except WorkerLost as lost:
+                raise HostError(f"{self.mod_id}: {lost.detail}") from None
+            return self.restores != before
+
+    @property
+    def lost(self) -> bool:
+        """The worker holding the mod's runtime was lost and the mod was not restored yet:
+        its runs and functions are gone."""
+        return self._generation != self._worker.generation or self._worker.down
+
+    def _decode_error(self, reply: list[Any], index: int = 1) -> ScriptError:
+        try:
+            error = decode_error(reply[index])
+        except (IndexError, KeyError, TypeError, ValueError):
+            error = None
+        if error is None:
+            raise self._worker.violation(f"a malformed error: {str(reply)[:80]}")
+        return error
+
+    def _check(self, reply: list[Any]) -> list[Any]:
+        """An answer that is no failure, as it is.
+
+        Raises:
+            ScriptError: the worker answered with the mod's fault (a syntax error).
+            HostError, SandboxClosed, ConfigError: the worker refused the request.
+            WorkerLost: the answer is malformed (the worker is killed).
+        """
         kind = reply[0]
         if kind == "script":
-            raise decode_error(reply[1])  # type: ignore[misc]
+            raise self._decode_error(reply)
         if kind == "fail":
+            if len(reply) != 3 or type(reply[1]) is not str or type(reply[2]) is not str:
+                raise self._worker.violation(f"a malformed refusal: {str(reply)[:80]}")
             raise _FAILS.get(reply[1], HostError)(reply[2])
+        if kind != "ok":
+            raise self._worker.violation(f"an answer of kind {kind!r}")
         return reply
 
     def _check_open(self) -> None:
@@ -340,6 +490,14 @@ class IsolatedSandbox:
         if self._worker.closed:
             raise SandboxClosed(f"{self.mod_id}: the worker is closed")
 
+    def _notes(self) -> list[Any] | None:
+        """Frames the worker takes without answering: the functions released since the
+        last request."""
+        if not self._dropped:
+            return None
+        dropped, self._dropped = self._dropped, []
+        return [["drop_fns", self._id, dropped]]
+
     def _operation(self, frame: list[Any]) -> list[Any]:
         """A request that runs no mod code; a lost worker is replaced and the loss raised."""
         self._check_open()
@@ -347,14 +505,17 @@ class IsolatedSandbox:
             try:
                 self._ensure()
                 return self._check(self._worker.request(
-                    frame, time.monotonic() + OPERATION_TIMEOUT_S, self._serve))
+                    frame, time.monotonic() + OPERATION_TIMEOUT_S, self._serve,
+                    notes=self._notes()))
             except WorkerLost as lost:
-                self._replace_worker()
+                self._after_loss()
                 raise HostError(f"{self.mod_id}: {lost.detail}") from None
 
-    def _replace_worker(self) -> None:
-        log.warning("%s: worker lost; a fresh worker takes over", self.mod_id)
-        self._worker.respawn()
+    def _after_loss(self) -> None:
+        log.warning("%s: worker lost; a fresh worker takes over %s", self.mod_id,
+                    "now" if self.respawn == "now" else "on the next call")
+        if self.respawn != "now":
+            return
         try:
             self._ensure()  # this mod at once; the others of a pool's worker on their next call
         except (WorkerLost, MoonboxError) as exc:
@@ -378,7 +539,9 @@ class IsolatedSandbox:
                         worker.request(["drop", self._id],
                                        time.monotonic() + OPERATION_TIMEOUT_S)
                 except WorkerLost:
-                    worker.respawn()
+                    pass  # reaped; the next user of the worker starts a fresh one
+                except SandboxClosed:
+                    pass
         else:
             worker.close()
 
@@ -402,6 +565,17 @@ class IsolatedSandbox:
         """The process id of the worker running this mod now."""
         return self._worker.pid
 
+    @property
+    def memory_used_bytes(self) -> int:
+        """The mod's Lua heap now, in bytes, as the worker's runtime counts it.
+
+        Raises:
+            SandboxClosed: the sandbox is closed.
+            HostError: the worker was lost while answering.
+        """
+        reply = self._operation(["memory", self._id])
+        return reply[1] if len(reply) == 2 and type(reply[1]) is int else 0
+
     # -- loading and running -------------------------------------------------------------
 
     def load(self, source: str | bytes, chunk: str = "=(mod)") -> IsolatedChunk:
@@ -414,8 +588,9 @@ class IsolatedSandbox:
         """
         cid = next(self._chunk_ids)
         reply = self._operation(["load", self._id, cid, source, chunk])
-        self._chunks[cid] = (source, chunk, int(reply[1]))
-        return IsolatedChunk(chunk, int(reply[1]), cid, self._id)
+        checks = reply[1] if len(reply) == 2 and type(reply[1]) is int else 0
+        self._chunks[cid] = (source, chunk, checks)
+        return IsolatedChunk(chunk, checks, cid, self._id)
 
     def unload(self, chunk: IsolatedChunk) -> None:
         """Forget a chunk: it is no longer part of the snapshot."""
@@ -426,82 +601,132 @@ class IsolatedSandbox:
         if chunk._sandbox_id != self._id or chunk._id not in self._chunks:
             raise ConfigError(f"{chunk.name} was not loaded by this sandbox (or was unloaded)")
 
-    def start(self, source: str | bytes | IsolatedChunk, chunk: str = "=(mod)") -> IsolatedRun:
-        """Compile (unless given a chunk) and create a run; nothing runs yet.
+    def _own_function(self, handle: FunctionHandle) -> None:
+        if handle.sandbox is not self:  # type: ignore[comparison-overlap]
+            raise ConfigError(f"the function at {handle.where} belongs to another sandbox")
+        if not handle.valid:
+            raise SandboxClosed(f"the function at {handle.where} was released, or lost with "
+                                "its worker")
+
+    def start(self, source: str | bytes | IsolatedChunk | FunctionHandle,
+              chunk: str = "=(mod)") -> IsolatedRun:
+        """Compile (unless given a chunk) and create a run; nothing runs yet. Given a
+        :class:`RemoteFunction` of this sandbox, the run calls that function: the first
+        resume's arguments are its arguments.
 
         Raises:
             ScriptError: kind ``syntax``.
+            SandboxClosed: the function was released or lost with its worker.
+            ConfigError: the chunk or function belongs to another sandbox.
         """
-        compiled = source if isinstance(source, IsolatedChunk) else self.load(source, chunk)
-        self._own(compiled)
         rid = next(self._run_ids)
-        self._operation(["start", self._id, rid, compiled._id])
-        return IsolatedRun(self, compiled, rid, self._generation)
+        if isinstance(source, FunctionHandle):
+            self._own_function(source)
+            self._operation(["start_fn", self._id, rid, source._key])
+            compiled = IsolatedChunk(source.chunk, 0, 0, self._id)
+        else:
+            compiled = source if isinstance(source, IsolatedChunk) else self.load(source, chunk)
+            self._own(compiled)
+            self._operation(["start", self._id, rid, compiled._id])
+        return IsolatedRun(self, compiled, rid, self._made)
 
     def run(
         self,
-        source: str | bytes | IsolatedChunk,
+        source: str | bytes | IsolatedChunk | FunctionHandle,
         chunk: str = "=(mod)",
         *,
         args: Sequence[Any] = (),
         max_resumes: int = 1000,
         budget: Budget | None = None,
     ) -> Outcome:
-        """Compile and run a chunk to its end, in one request to the worker.
+        """Compile and run a chunk (or call a :class:`RemoteFunction`) to its end, in one
+        request to the worker.
 
         Script faults, syntax errors and the loss of the worker come back in the outcome.
+
+        Raises:
+            SandboxClosed: a function that was released or lost with its worker.
         """
-        if isinstance(source, IsolatedChunk):
+        budget_frame = None if budget is None else self._budget_frame(budget)
+        if isinstance(source, FunctionHandle):
+            self._own_function(source)
+            name = source.chunk
+            frame = ["run", self._id, None, None, name, list(args), max_resumes, budget_frame,
+                     source._key]
+        elif isinstance(source, IsolatedChunk):
             self._own(source)
-            frame = ["run", self._id, source._id, None, source.name, list(args), max_resumes,
-                     self._budget_frame(budget)]
             name = source.name
+            frame = ["run", self._id, source._id, None, name, list(args), max_resumes,
+                     budget_frame]
         else:
-            frame = ["run", self._id, None, source, chunk, list(args), max_resumes,
-                     self._budget_frame(budget)]
             name = chunk
+            frame = ["run", self._id, None, source, chunk, list(args), max_resumes,
+                     budget_frame]
         reports = _Reports()
         return self._exchange(frame, budget or self.budget, name, reports, 0)
 
-    def _budget_frame(self, budget: Budget | None) -> dict[str, Any] | None:
-        return None if budget is None or budget == self.budget else budget.model_dump()
+    def _budget_frame(self, budget: Budget) -> dict[str, Any] | None:
+        return None if budget is self.budget or budget == self.budget else budget.model_dump()
 
     def _exchange(self, frame: list[Any], budget: Budget, name: str, run: _Reports,
                   first_report: int) -> Outcome:
         """Send a request that runs mod code, under the watchdog; an outcome either way."""
         self._check_open()
         worker = self._worker
-        window = budget.wall_s + self.wall_margin_s
         with worker.lock:
             start = time.monotonic()
-            self._running, self._start, self._deadline = run, start, start + budget.wall_s
-
-            def extend() -> float:
-                now = time.monotonic()
-                self._start, self._deadline = now, now + budget.wall_s
-                return now + window
-
             try:
-                self._ensure()
-                reply = worker.request(frame, start + window, self._serve, extend)
+                if self._generation != worker.generation or worker.down or self._remake:
+                    self._ensure()
+                self._running = run
+                self._watch.begin(budget.wall_s)
+                reply = worker.request(frame, None, self._serve, self._watch, self._notes())
+                reports = (tuple(run.reports[first_report:]) if len(run.reports) > first_report
+                           else ())
+                outcome = self._result(reply, reports)
             except WorkerLost as lost:
                 wall_s = time.monotonic() - start
-                self._replace_worker()
+                self._after_loss()
                 if isinstance(run, IsolatedRun):
-                    run._generation = -1
+                    run._made = -1
                 return self._lost_outcome(lost, budget, name, run, first_report, wall_s)
             finally:
                 self._running, self._deadline = None, math.inf
-        reports = tuple(run.reports[first_report:])
-        if reply[0] == "script":
-            return Outcome("error", (), decode_error(reply[1]), reports)
-        self._check(reply)
-        outcome = decode_outcome(reply[1], reports)
-        snapshot = reply[2]
-        if snapshot[0]:
-            self._snapshot = (snapshot[1],)
-        elif len(snapshot) > 1:
-            log.warning("%s: %s", self.mod_id, snapshot[1])
+        return outcome
+
+    def _result(self, reply: list[Any], reports: tuple[str, ...]) -> Outcome:
+        """The outcome in the worker's answer to a run or resume, and its snapshot.
+
+        Raises:
+            WorkerLost: the answer is malformed (the worker is killed).
+            HostError, SandboxClosed, ConfigError: the worker refused the request.
+        """
+        kind = reply[0]
+        if kind != "r":
+            if kind == "script":
+                return Outcome("error", (), self._decode_error(reply), reports)
+            self._check(reply)
+            raise self._worker.violation(f"an answer of kind {kind!r} to a run")
+        if (len(reply) != 9 or reply[1] not in _STATUSES or type(reply[2]) is not list
+                or type(reply[3]) is not int or type(reply[4]) is not int
+                or type(reply[5]) not in (int, float) or type(reply[8]) is not int
+                or (reply[6] is None) != (reply[1] in _OK_STATUSES)):
+            raise self._worker.violation(f"a malformed result: {str(reply)[:80]}")
+        outcome = decode_result(reply, reports) if reply[6] is None else Outcome(
+            reply[1], (), self._decode_error(reply, 6), reports, Stats(*reply[3:6]))
+        snapshot = reply[7]
+        if snapshot is not None:
+            if type(snapshot) is list and len(snapshot) == 1:
+                self._snapshot = (snapshot[0],)
+            else:
+                log.warning("%s: %s", self.mod_id, str(snapshot)[:300])
+        if reply[8] != self._replaced_here:
+            # The worker replaced the mod's runtime after an out-of-memory trip: its chunks
+            # and functions went with it. It is made again on the next call.
+            self.replacements += max(0, reply[8] - self._replaced_here)
+            self._replaced_here = reply[8]
+            self._made += 1  # its runs and functions are gone now
+            self._remake = True
         return outcome
 
     def _lost_outcome(self, lost: WorkerLost, budget: Budget, name: str, run: _Reports,
@@ -518,13 +743,19 @@ class IsolatedSandbox:
             status = "budget"
         else:
             error = WorkerCrashed(
-                f"{lost.detail}; the mod's state was restored from its last snapshot in a "
-                "fresh worker", chunk=name, signal=lost.signal, exit_code=lost.exit_code)
+                f"{lost.detail}; the mod is restored from its last snapshot in a fresh worker",
+                chunk=name, signal=lost.signal, exit_code=lost.exit_code)
             status = "error"
         log.warning("%s: %s", self.mod_id, lost.detail)
         return Outcome(status, (), error, reports, stats)
 
     # -- host functions ------------------------------------------------------------------
+
+    def _h_extend(self, seconds: float) -> None:
+        # HostCall.excluded_time moved the resume's deadline (self._deadline) by this much:
+        # the watchdog moves with it, and the worker hears of it with the answer (_serve).
+        self._excluded_pending += seconds
+        self._watch.extend(seconds)
 
     def _serve(self, frame: list[Any]) -> list[Any]:
         """Run one host function for the worker: validated and served here, in the host."""
@@ -532,15 +763,23 @@ class IsolatedSandbox:
         hf = self._functions.get(name)
         if hf is None:
             return ["err", "no such host function", "failed"]
+        if name in self._takes_functions:
+            args = [RemoteFunction(self, a.chunk, a.line, a.key, self._made)  # type: ignore[arg-type]
+                    if type(a) is FunctionRef else a for a in args]
         call = self._call
         call.run = self._running
         call.name = name
         call.mod = None
+        self._excluded_pending = 0.0
         try:
             result = hf(call, tuple(args))
         except BindingError as exc:
-            return ["err", str(exc), exc.reason]
+            answer = ["err", str(exc), exc.reason]
         except Exception:
             log.exception("host function %r failed", name)
-            return ["err", _HOST_BUG, "failed"]
-        return ["ret", list(result) if result else []]
+            answer = ["err", _HOST_BUG, "failed"]
+        else:
+            answer = ["ret", result or ()]
+        if self._excluded_pending:
+            answer.append(self._excluded_pending)
+        return answer

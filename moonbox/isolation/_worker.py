@@ -8,6 +8,10 @@ answer; the host validates and runs the call. The process itself is a crash and 
 boundary, not a privilege boundary: it runs as the host's user, in ``/``, with an
 allowlisted environment (see docs/isolation.md).
 
+A function the mod passes to a host function that takes functions stays here: the worker
+keeps it under its key and sends a reference; the host starts runs of it by key
+(``start_fn``, ``run`` with a key) and lets it go (``drop_fns``).
+
 File descriptor 1 is pointed at stderr, so nothing written to stdout can break the frames.
 
 Test-only hooks: with ``MOONBOX_ISOLATION_TEST_HOOKS=1`` in its environment (which the host
@@ -34,15 +38,22 @@ def _limit_memory(limit_bytes: int) -> None:
 class _Proxy:
     """A host function of the mod, run by the host: one ``call`` frame, one answer."""
 
-    __slots__ = ("name", "cost", "_worker")
+    __slots__ = ("name", "cost", "accepts_functions", "_worker", "_sid")
 
-    def __init__(self, worker: _Worker, name: str, cost: int) -> None:
+    def __init__(self, worker: _Worker, sid: int, name: str, cost: int,
+                 accepts_functions: bool) -> None:
         self.name = name
         self.cost = cost
+        # The sandbox hands the mod's functions over as handles; they cross as references.
+        self.accepts_functions = accepts_functions
         self._worker = worker
+        self._sid = sid
 
     def __call__(self, call: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        return self._worker.call_host(self.name, args)
+        worker = self._worker
+        if self.accepts_functions:
+            args = worker.references(self._sid, args)
+        return worker.call_host(self.name, args, call)
 
 
 class _TestHook:
@@ -139,80 +150,157 @@ def _has_replacement(value: Any) -> bool:
     return False
 
 
+_SCALARS = (bool, int, float)
+
+
+class _Kept:
+    """What the worker keeps of a mod's state global: its name, a raw reader of the mod's
+    environment and the chunks that copy it out and write it back."""
+
+    __slots__ = ("name", "key", "rawget", "get", "put")
+
+    def __init__(self, sb: Any, name: str) -> None:
+        self.name = name
+        self.key = name.encode()
+        # The runtime's own rawget (never the mod's): reads the global without running any
+        # metamethod of the mod.
+        self.rawget = sb._rt.eval("rawget")
+        self.get = sb.load(f"return {name}", "=(state)")
+        self.put = sb.load(f"{name} = ...", "=(state)")
+
+
 class _Worker:
     def __init__(self, read_fd: int, write_fd: int) -> None:
         from .._errors import BindingError, MoonboxError, ScriptError
-        from ..sandbox import Budget, Sandbox, ValueLimits
+        from ..sandbox import Budget, FunctionHandle, Sandbox, ValueLimits
         from . import _protocol
 
         self._BindingError = BindingError
         self._MoonboxError = MoonboxError
         self._ScriptError = ScriptError
-
+        self._FunctionHandle = FunctionHandle
         self._Budget = Budget
         self._Sandbox = Sandbox
         self._ValueLimits = ValueLimits
         self.p = _protocol
         self.reader = _protocol.FrameReader(read_fd)
-        self.write_fd = write_fd
+        self.writer = _protocol.FrameWriter(write_fd)
         self.sandboxes: dict[int, Any] = {}
         self.chunks: dict[tuple[int, int], Any] = {}
         self.runs: dict[tuple[int, int], Any] = {}
-        self.state_chunks: dict[int, tuple[Any, Any, str]] = {}
+        self.functions: dict[tuple[int, int], Any] = {}
+        self.kept: dict[int, _Kept] = {}
+        self.budgets: dict[tuple[Any, ...], Any] = {}
         self.test_hooks = os.environ.get(TEST_HOOKS_ENV) == "1"
         self.ops = {
             "new": self.op_new,
             "load": self.op_load,
             "run": self.op_run,
             "start": self.op_start,
+            "start_fn": self.op_start_fn,
             "resume": self.op_resume,
             "close_run": self.op_close_run,
             "drop": self.op_drop,
+            "drop_fns": self.op_drop_fns,
             "restore": self.op_restore,
             "unload": self.op_unload,
+            "memory": self.op_memory,
         }
 
     # -- frames --------------------------------------------------------------------------
 
     def serve(self) -> None:
         """Answer requests until the host closes the pipe."""
-        self.p.write_frame(self.write_fd, ["ready", os.getpid()])
+        read, send, handle = self.reader.read, self.writer.send, self.handle
+        send(["ready", os.getpid()])
         while True:
             try:
-                request = self.reader.read()
+                request = read()
             except self.p.FrameError:
                 return
-            self.p.write_frame(self.write_fd, self.handle(request))
+            answer = handle(request)
+            if answer is not None:
+                send(answer)
 
-    def handle(self, request: list[Any]) -> list[Any]:
+    def handle(self, request: list[Any]) -> list[Any] | None:
         try:
-            return self.ops[request[0]](*request[1:])
+            return self.ops[request[0]](*request[1:])  # type: ignore[no-any-return]
         except MemoryError:
             os._exit(self.p.EXIT_OUT_OF_MEMORY)
         except self._ScriptError as exc:
             return ["script", self.p.encode_error(exc)]
         except self._MoonboxError as exc:
             return ["fail", type(exc).__name__, str(exc)]
+        except KeyError:
+            # A sandbox, chunk, run or function this worker does not hold (dropped, or
+            # never made here): the host's view is stale.
+            return ["fail", "SandboxClosed", "this worker no longer holds what the request "
+                    "names (it was dropped, or lost with an earlier worker)"]
 
-    def call_host(self, name: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        self.p.write_frame(self.write_fd, ["call", name, list(args)])
+    def call_host(self, name: str, args: tuple[Any, ...], call: Any) -> tuple[Any, ...]:
+        self.writer.send(["call", name, args])
         while True:
             reply = self.reader.read()
             kind = reply[0]
             if kind == "ret":
+                if len(reply) > 2:
+                    self._exclude(call, reply[2])
                 return tuple(reply[1])
             if kind == "err":
+                if len(reply) > 3:
+                    self._exclude(call, reply[3])
                 raise self._BindingError(reply[1], reason=reply[2])
             # A host function serving this call ran another mod of this worker.
-            self.p.write_frame(self.write_fd, self.handle(reply))
+            answer = self.handle(reply)
+            if answer is not None:
+                self.writer.send(answer)
+
+    @staticmethod
+    def _exclude(call: Any, seconds: float) -> None:
+        """Host work the host excluded from the resume's wall budget (an approval): the
+        worker's own deadline moves by as much, as ``HostCall.excluded_time`` does in
+        process."""
+        sb = call.sandbox
+        if seconds > 0 and sb is not None and sb._running is not None:
+            sb._excluded_in_resume()
+            sb._excluded_s += seconds
+            sb._deadline += seconds
+            sb._h_extend(seconds)
+
+    def references(self, sid: int, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The arguments with each of the mod's functions kept here and sent as a
+        reference."""
+        if not any(isinstance(a, self._FunctionHandle) for a in args):
+            return args
+        out = []
+        for value in args:
+            if isinstance(value, self._FunctionHandle):
+                self.functions[(sid, value._key)] = value
+                value = self.p.function_ext(value._key, value.chunk, value.line)
+            out.append(value)
+        return tuple(out)
 
     def send_tick(self) -> None:
-        self.p.write_frame(self.write_fd, ["tick"])
+        self.writer.send(["tick"])
+
+    def _budget(self, data: dict[str, Any] | None) -> Any:
+        if data is None:
+            return None
+        key = tuple(sorted(data.items()))
+        budget = self.budgets.get(key)
+        if budget is None:
+            if len(self.budgets) > 64:
+                self.budgets.clear()
+            budget = self.budgets[key] = self._Budget(**data)
+        return budget
 
     # -- operations ----------------------------------------------------------------------
 
     def op_new(self, sid: int, config: dict[str, Any]) -> list[Any]:
-        functions: list[Any] = [_Proxy(self, name, cost) for name, cost in config["functions"]]
+        if sid in self.sandboxes:  # made again (its runtime was replaced): start clean
+            self.op_drop(sid)
+        functions: list[Any] = [_Proxy(self, sid, name, cost, bool(takes))
+                                for name, cost, takes in config["functions"]]
         if self.test_hooks:
             functions += [_TestHook("test_alloc", _test_alloc),
                           _TestHook("test_sleep", _test_sleep),
@@ -230,9 +318,7 @@ class _Worker:
         self.sandboxes[sid] = sb
         state = config["state_global"]
         if state is not None:
-            get = sb.load(f"return {state}", "=(state)")
-            put = sb.load(f"{state} = ...", "=(state)")
-            self.state_chunks[sid] = (get, put, state)
+            self.kept[sid] = _Kept(sb, state)
         return ["ok"]
 
     def op_load(self, sid: int, cid: int, source: str | bytes, name: str) -> list[Any]:
@@ -240,28 +326,37 @@ class _Worker:
         self.chunks[(sid, cid)] = chunk
         return ["ok", chunk.checks]
 
-    def _snapshot(self, sid: int, outcome: Any) -> list[Any]:
-        """``[True, value]`` after an ok resume of a mod that keeps state, else ``[False]``."""
-        kept = self.state_chunks.get(sid)
-        if kept is None or not outcome.ok:
-            return [False]
+    def _snapshot(self, sid: int, outcome: Any) -> Any:
+        """``[value]`` after an ok resume of a mod that keeps state, ``None`` when no
+        snapshot is taken, or a string saying why none could be."""
+        kept = self.kept.get(sid)
+        if kept is None or outcome[0] not in ("done", "yielded", "preempted"):
+            return None
         sb = self.sandboxes[sid]
-        got = sb.run(kept[0])  # checked against the value limits like any result
+        sb._loosen()  # the host's work in the runtime gets its headroom
+        value = kept.rawget(sb._env, kept.key)
+        if value is None or type(value) in _SCALARS:
+            return [value]  # nothing to copy: no second run
+        got = sb.run(kept.get)  # checked against the value limits like any result
         if got.status != "done":
-            return [False, f"the state in global {kept[2]!r} could not be copied: {got.error}"]
+            return f"the state in global {kept.name!r} could not be copied: {got.error}"
         value = got.value
         if _has_replacement(value):
             # The copy decoded strings as text: copy again from the runtime, keeping bytes.
             from ..sandbox._lua import lua
 
-            value = _exact_copy(sb._env[kept[2].encode()], lua.lua_type)
-        return [True, value]
+            value = _exact_copy(kept.rawget(sb._env, kept.key), lua.lua_type)
+        return [value]
 
     def op_run(self, sid: int, cid: int | None, source: str | bytes | None, name: str,
-               args: list[Any], max_resumes: int, budget: dict[str, Any] | None) -> list[Any]:
+               args: list[Any], max_resumes: int, budget: dict[str, Any] | None,
+               fn: int | None = None) -> list[Any]:
         sb = self.sandboxes[sid]
-        b = None if budget is None else self._Budget(**budget)
-        chunk = sb.load(source, name) if cid is None else self.chunks[(sid, cid)]
+        b = self._budget(budget)
+        if fn is not None:
+            chunk = self.functions[(sid, fn)]
+        else:
+            chunk = sb.load(source, name) if cid is None else self.chunks[(sid, cid)]
         run = sb.start(chunk)
         try:
             outcome = run.resume(*args, budget=b)
@@ -269,10 +364,8 @@ class _Worker:
             steps, peak, wall = outcome.stats
             while outcome.status in ("yielded", "preempted"):
                 if count >= max_resumes:
-                    from .._errors import ScriptError
-
-                    err = ScriptError(f"still yielding after {max_resumes} resumes; finish "
-                                      "within fewer", chunk=run.chunk.name)
+                    err = self._ScriptError(f"still yielding after {max_resumes} resumes; "
+                                            "finish within fewer", chunk=run.chunk.name)
                     outcome = outcome._replace(status="error", values=(), error=err)
                     break
                 self.send_tick()  # each resume has its own wall budget: the host's watchdog too
@@ -285,7 +378,7 @@ class _Worker:
                     steps=steps, memory_peak_bytes=peak, wall_s=wall))
         finally:
             run.close()
-        return ["done", self.p.encode_outcome(outcome), self._snapshot(sid, outcome)]
+        return self.p.encode_result(outcome, self._snapshot(sid, outcome), sb.replacements)
 
     def op_unload(self, sid: int, cid: int) -> list[Any]:
         self.chunks.pop((sid, cid), None)
@@ -295,13 +388,19 @@ class _Worker:
         self.runs[(sid, rid)] = self.sandboxes[sid].start(self.chunks[(sid, cid)])
         return ["ok"]
 
+    def op_start_fn(self, sid: int, rid: int, key: int) -> list[Any]:
+        self.runs[(sid, rid)] = self.sandboxes[sid].start(self.functions[(sid, key)])
+        return ["ok"]
+
     def op_resume(self, sid: int, rid: int, args: list[Any],
                   budget: dict[str, Any] | None) -> list[Any]:
-        run = self.runs[(sid, rid)]
-        outcome = run.resume(*args, budget=None if budget is None else self._Budget(**budget))
-        if run.finished:
-            self.runs.pop((sid, rid), None)
-        return ["done", self.p.encode_outcome(outcome), self._snapshot(sid, outcome)]
+        key = (sid, rid)
+        run = self.runs[key]
+        outcome = run.resume(*args, budget=None if budget is None else self._budget(budget))
+        if not run._open:  # finished, or its runtime replaced
+            self.runs.pop(key, None)
+        return self.p.encode_result(outcome, self._snapshot(sid, outcome),
+                                    run.sandbox.replacements)
 
     def op_close_run(self, sid: int, rid: int) -> list[Any]:
         run = self.runs.pop((sid, rid), None)
@@ -309,23 +408,32 @@ class _Worker:
             run.close()
         return ["ok"]
 
+    def op_drop_fns(self, sid: int, keys: list[int]) -> None:
+        """Functions the host let go of (no answer)."""
+        for key in keys:
+            handle = self.functions.pop((sid, key), None)
+            if handle is not None:
+                handle.release()
+
     def op_drop(self, sid: int) -> list[Any]:
         sb = self.sandboxes.pop(sid, None)
-        for key in [k for k in self.chunks if k[0] == sid]:
-            del self.chunks[key]
-        for key in [k for k in self.runs if k[0] == sid]:
-            del self.runs[key]
-        self.state_chunks.pop(sid, None)
+        for table in (self.chunks, self.runs, self.functions):
+            for key in [k for k in table if k[0] == sid]:
+                del table[key]
+        self.kept.pop(sid, None)
         if sb is not None:
             sb.close()
         return ["ok"]
 
     def op_restore(self, sid: int, value: Any) -> list[Any]:
         sb = self.sandboxes[sid]
-        got = sb.run(self.state_chunks[sid][1], args=(_to_restore(value),))
+        got = sb.run(self.kept[sid].put, args=(_to_restore(value),))
         if got.status != "done":
             return ["fail", "HostError", f"the state snapshot could not be restored: {got.error}"]
         return ["ok"]
+
+    def op_memory(self, sid: int) -> list[Any]:
+        return ["ok", self.sandboxes[sid].memory_used_bytes]
 
 
 def main() -> None:

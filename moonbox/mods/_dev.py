@@ -17,15 +17,17 @@ from ..world import Prefab, World, default_prefabs
 from ._host import ModHost, ReloadResult
 from ._watch import DEBOUNCE_MS, STEP_MS, ModWatcher
 
-__all__ = ["DevSession", "arena_game", "describe_result", "game_factory", "render"]
+__all__ = ["DevSession", "arena_game", "describe_result", "describe_workers", "game_factory",
+           "render"]
 
 
-def arena_game() -> Game:
-    """The example arena's game: 100 x 100 units, players and enemies besides the defaults."""
+def arena_game(**options: Any) -> Game:
+    """The example arena's game: 100 x 100 units, players and enemies besides the defaults.
+    ``options`` are :class:`Game`'s (``isolation="process"``, ``workers``, ...)."""
     prefabs = default_prefabs()
     prefabs.register(Prefab("player", description="A runner controlled by a mod."))
     prefabs.register(Prefab("enemy", description="Chases players.", radius=0.6))
-    return Game(World(prefabs, bound=50), seed=1)
+    return Game(World(prefabs, bound=50), seed=1, **options)
 
 
 def game_factory(spec: str | None) -> Callable[[], Game]:
@@ -106,39 +108,79 @@ class DevSession:
             self.step(on_tick)
 
     def close(self) -> None:
-        """Stop watching. The game is the caller's to close."""
+        """Stop watching, and the host's dry-run worker. The game is the caller's to close."""
         if self.watcher is not None:
             self.watcher.close()
+        self.host.close()
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def describe_workers(game: Game) -> list[str]:
+    """One line per worker process of an isolated game (``[]`` in process): its pid,
+    memory, CPU and the mods pinned to it, read now."""
+    lines = []
+    for w in game.worker_stats():
+        pid = str(w.pid) if w.pid is not None else "down"
+        lines.append(f"worker {pid}: rss {_mib(w.rss_bytes)}, cpu {w.cpu_percent:.0f}% "
+                     f"({w.cpu_user_s + w.cpu_system_s:.2f} s), respawns {w.respawns}, "
+                     f"mods {', '.join(w.mods) or '-'}")
+    return lines
 
 
 def render(session: DevSession) -> Group:
-    """The live view: each mod's version, status and stats, and the latest errors."""
+    """The live view: each mod's version, status and stats, and the latest errors. In an
+    isolated game each mod also shows its worker (pid, resident memory, CPU share, shared
+    with the mods pinned to it) and how often it was built again in a fresh worker, and a
+    panel lists the workers."""
     game = session.game
+    isolated = game.pool is not None
+    workers = game.worker_stats()  # read now; each mod's stats.worker too
     table = Table(title=f"moonbox dev  {escape(str(session.host.mods_dir))}  "
                         f"tick {game.tick_count}", expand=True)
-    for column in ("mod", "version", "status", "reloads", "calls", "steps", "errors",
-                   "trips", "refused"):
+    columns = ["mod", "version", "status", "reloads", "calls", "steps", "errors", "trips",
+               "refused"]
+    if isolated:
+        columns += ["restores", "worker", "rss", "cpu"]
+    for column in columns:
         table.add_column(column, justify="left" if column in ("mod", "version", "status")
                          else "right")
     colours = {"running": "green", "quarantined": "red", "failed_reload": "yellow",
                "failed": "red"}
     for state in sorted(session.host.mods.values(), key=lambda s: s.id):
         version = state.package.manifest.version if state.package else "-"
+        cells: list[str]
         try:
             stats = game.mod(state.id).stats
-            numbers = (stats.calls, stats.steps, stats.errors, stats.trips,
-                       stats.commands_refused)
+            numbers: tuple[Any, ...] = (stats.calls, stats.steps, stats.errors, stats.trips,
+                                        stats.commands_refused)
+            cells = [f"{n:,}" for n in numbers]
+            if isolated:
+                w = stats.worker
+                cells += [str(stats.restores), str(w.pid) if w and w.pid else "-",
+                          _mib(w.rss_bytes) if w else "-",
+                          f"{w.cpu_percent:.0f}%" if w else "-"]
         except Exception:
-            numbers = ("-",) * 5
+            cells = ["-"] * (len(columns) - 4)
         table.add_row(escape(state.id), escape(version),
                       f"[{colours[state.status]}]{state.status.replace('_', ' ')}[/]",
-                      str(state.reloads), *(f"{n:,}" if isinstance(n, int) else n
-                                           for n in numbers))
+                      str(state.reloads), *cells)
     errors = [escape(e) for e in session.host.errors[-5:]] or ["[dim]none[/]"]
     reports = [f"[dim]{t:>5}[/] {escape(m)}: {escape(line)}"
                for t, m, line in session.reports[-6:]] or ["[dim]none[/]"]
-    return Group(table, Panel("\n".join(errors), title="latest errors", border_style="red"),
-                 Panel("\n".join(reports), title="reports"))
+    parts: list[Any] = [table]
+    if isolated:
+        lines = []
+        for w in workers:
+            pid = str(w.pid) if w.pid is not None else "down"
+            lines.append(f"{pid:>8}  rss {_mib(w.rss_bytes):>10}  cpu {w.cpu_percent:3.0f}%  "
+                         f"respawns {w.respawns}  mods {escape(', '.join(w.mods) or '-')}")
+        parts.append(Panel("\n".join(lines) or "[dim]none[/]", title="workers"))
+    parts += [Panel("\n".join(errors), title="latest errors", border_style="red"),
+              Panel("\n".join(reports), title="reports")]
+    return Group(*parts)
 
 
 def describe_result(result: ReloadResult) -> str:

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from .._errors import MoonboxError, ScriptError
 from ..bindings import Permissions, Registry
 from ..engine import Game, Mod
+from ..isolation import WorkerPool
 from ..store import Store
 from ..world import World
 from ._errors import ModError
@@ -125,6 +126,11 @@ class ModHost:
     one. Versions that went live are recorded in the versions store, and
     :meth:`restore` loads them again after a restart.
 
+    In an isolated game (``Game(isolation="process")``) the dry run is isolated too: the
+    scratch game runs in a worker process of the host's own (started at the first dry run,
+    stopped by :meth:`close`), so a version that crashes its worker is refused like any
+    other and never touches the live game's workers.
+
     Args:
         game: the game to load into.
         mods_dir: the mods directory: one folder per mod, each with a ``mod.toml``.
@@ -154,8 +160,28 @@ class ModHost:
         self.mods: dict[str, ModState] = {}
         self.errors: list[str] = []
         self.on_result: Callable[[ReloadResult], None] | None = None
+        self._dry_pool: WorkerPool | None = None
         if store is not None and not store.data.registered(ACTIVE_KEY):
             store.data.register(ACTIVE_KEY, _Active, {"mods": []})
+
+    def close(self) -> None:
+        """Stop the worker of isolated dry runs, if one was started. The game (and the
+        store) are the caller's to close. Idempotent."""
+        if self._dry_pool is not None:
+            self._dry_pool.close()
+            self._dry_pool = None
+
+    def _scratch_isolation(self) -> dict[str, Any]:
+        """The isolation options of a scratch game: those of the live game, in a worker of
+        the host's own."""
+        live = self.game
+        if live.pool is None:
+            return {}
+        if self._dry_pool is None or self._dry_pool.closed:
+            self._dry_pool = WorkerPool(1, memory_limit_bytes=live.pool.memory_limit_bytes,
+                                        _test_hooks=live.pool._test_hooks)
+        return {"isolation": "process", "pool": self._dry_pool,
+                "wall_margin_s": live.wall_margin_s}
 
     # -- loading -------------------------------------------------------------------------
 
@@ -289,7 +315,7 @@ class ModHost:
         except MoonboxError:
             world = World(w.prefabs, **options)
         scratch = Game(world, registry=registry, budget=live.budget, limits=live.limits,
-                       seed=live.seed, jit=live.jit)
+                       seed=live.seed, jit=live.jit, **self._scratch_isolation())
         try:
             for dep in self._dependencies(package):
                 dep_package = self.mods[dep].package

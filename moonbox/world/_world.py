@@ -300,6 +300,27 @@ class World:
         was open)."""
         return len(self._transactions.pop(mod, ()))
 
+    @property
+    def next_command_id(self) -> int:
+        """The id the next queued command gets (ids only grow)."""
+        return self._next_command
+
+    def discard(self, mod: str | None, since_id: int) -> int:
+        """Take back what ``mod`` queued from command ``since_id`` on, and its open
+        transaction; returns how many commands were dropped. For a host that undoes what a
+        mod asked (the engine, when it builds again a mod whose worker was lost)."""
+        dropped = self.rollback(mod)
+        kept: list[Command] = []
+        for command in self._pending:
+            if command.mod == mod and command.id >= since_id:
+                n = len(command.args) if command.kind == "transaction" else 1
+                dropped += n
+                self._pending_by_mod[mod] = self._pending_by_mod.get(mod, 0) - n
+            else:
+                kept.append(command)
+        self._pending = kept
+        return dropped
+
     def apply(self) -> list[CommandResult]:
         """Apply every queued command in order: the one place the world changes.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import psutil
 import pytest
@@ -206,3 +207,49 @@ def test_the_worker_gets_an_allowlisted_environment_and_a_neutral_directory(monk
     from moonbox.isolation._process import worker_environment
 
     assert worker_environment(test_hooks=True)[TEST_HOOKS_ENV] == "1"
+
+
+def test_a_worker_that_only_sends_calls_cannot_keep_the_host_serving_it():
+    # A compromised worker asks for host calls again and again (here: each call injects
+    # the next), never finishing its resume. Each answered call gives the worker some more
+    # time, but only up to one more margin in all: then it is killed as any hang.
+    def flood():
+        time.sleep(0.01)
+        _inject(sb.pid, pack(["call", "flood", []]))
+        return ()
+
+    sb = IsolatedSandbox(Budget(wall_s=0.1), wall_margin_s=0.3, _test_hooks=True,
+                         host_functions=[_Function("flood", flood)])
+    try:
+        started = time.monotonic()
+        outcome = sb.run("flood() test_sleep(30) return 1")
+        assert outcome.status == "budget" and outcome.budget == "time"
+        assert time.monotonic() - started < 10
+        assert sb.run("return 'fresh'").values == ("fresh",)
+    finally:
+        sb.close()
+
+
+@pytest.mark.parametrize("forged", [
+    pack(["r", "done", "not a list", 0, 0, 0.0, None, None, 0]),  # a malformed result
+    pack(["r", "done", [], 0, 0, 0.0, {"kind": "runtime"}, None, 0]),  # ok with an error
+    pack(["call", 7]),  # a malformed call
+    pack({"not": "a message"}),
+    b"\x03\x00\x00\x00\xc7\x01\x05",  # a msgpack extension the host does not know
+    b"\xff\xff\xff\x7f",  # a frame far past the size limit
+])
+def test_a_worker_that_breaks_the_protocol_is_killed_as_crashed(forged):
+    # What a worker taken over by a VM bug might send instead of its answer: the host reads
+    # nothing of it as data, kills the worker and answers the call as a crash.
+    sb = IsolatedSandbox(Budget(wall_s=5), _test_hooks=True, host_functions=[
+        _Function("forge", lambda: _inject(sb.pid, forged) or ())])
+    try:
+        pid = sb.pid
+        outcome = sb.run("forge() test_sleep(30) return 1")
+        assert outcome.status == "error" and outcome.error.kind == "crashed"
+        assert "broke the protocol" in outcome.error.message
+        assert outcome.stats.wall_s < 10
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() != "zombie"
+        assert sb.run("return 'fresh'").values == ("fresh",)
+    finally:
+        sb.close()
