@@ -57,7 +57,8 @@ _RUNTIME = resources.files("moonbox.engine").joinpath("mod_runtime.lua").read_te
 # what > 0 calls callback `what`, what < 0 resumes task -what, a string calls that export
 # and 0 forgets task a; it yields (code, x, y).
 _DONE, _WAIT, _FAILED, _MISSING = 0, 1, 2, 3
-_DONE_ONLY = (_DONE, None, None)  # what a handler that returned normally yields
+_DONE_ONLY = ()  # what the dispatcher yields when a handler returned normally
+_DONE_PLAIN = (_DONE, None, None)  # the same, as the codes read it
 MAX_WAIT_TICKS = 1_000_000  # wait(ticks): 1..MAX_WAIT_TICKS
 
 _MOD_ID = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
@@ -111,7 +112,9 @@ def _task_id(value: Any) -> int | None:
 def _checked_yield(values: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """What the dispatcher yielded, if it fits its protocol (a wait's ticks clamped to
     1..MAX_WAIT_TICKS, as ints); ``None`` if it does not."""
-    code = values[0] if values else None
+    if not values:
+        return _DONE_PLAIN
+    code = values[0]
     if type(code) is not int:
         return None
     if code == _DONE or code == _MISSING:

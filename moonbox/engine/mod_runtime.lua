@@ -11,7 +11,8 @@
 -- says what to do, in as few arguments as possible (each costs the host a conversion):
 --   what > 0: call callback `what` with a, b, c   what < 0: resume waiting task -what
 --   what a string: call that export with a        what == 0: forget waiting task a
---   code 0: done (x: an export's result)          code 1: waiting: task x for y ticks
+--   code 0: done (x: an export's result; nothing at all when there is none)
+--   code 1: waiting: task x for y ticks
 --   code 2: failed with message x                 code 3: no such callback, task or export
 
 local seed = ...
@@ -232,7 +233,11 @@ local function dispatcher(what, a, b, c)
         end
       end
     end
-    what, a, b, c = co_yield(code, x, y)
+    if code == 0 and x == nil then
+      what, a, b, c = co_yield()  -- the commonest answer, and the cheapest to hand over
+    else
+      what, a, b, c = co_yield(code, x, y)
+    end
   end
 end
 
