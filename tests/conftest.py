@@ -1,7 +1,11 @@
-"""Shared fixtures: sandboxes in both metering modes."""
+"""Shared fixtures: sandboxes in both metering modes, the arena example, no stray workers."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
+import psutil
 import pytest
 
 import moonbox
@@ -29,3 +33,26 @@ def make_sandbox(jit: bool):
     yield make
     for sb in made:
         sb.close()
+
+
+ARENA = Path(__file__).parents[1] / "examples" / "arena"
+
+
+@pytest.fixture
+def arena_example():
+    """examples/arena/arena.py, imported as a module."""
+    spec = importlib.util.spec_from_file_location("arena_example", ARENA / "arena.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def no_workers_left_behind():
+    """The test leaves no child process behind: none running, none a zombie. (Modules that
+    start workers use it for every test: ``pytestmark = pytest.mark.usefixtures(...)``.)"""
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    yield
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    assert not left, f"processes left behind: {[(p.pid, p.status()) for p in left]}"

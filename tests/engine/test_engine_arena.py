@@ -2,22 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
-ARENA = Path(__file__).parents[2] / "examples" / "arena"
-
-
-def _arena_module():
-    spec = importlib.util.spec_from_file_location("arena_example", ARENA / "arena.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_arena_plays_and_quarantines_the_glitch(capsys):
-    arena = _arena_module()
+def test_the_arena_plays_and_quarantines_the_glitch(capsys, arena_example):
+    arena = arena_example
     with arena.play(ticks=40, seed=1) as game:
         glitch = game.mod("glitch")
         assert glitch.quarantine.kind == "trips" and glitch.stats.trips == 3

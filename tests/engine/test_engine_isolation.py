@@ -6,9 +6,7 @@ Budget tests assert kinds and counts; wall bounds are generous (a shared 2-core 
 
 from __future__ import annotations
 
-import importlib.util
 import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -17,28 +15,11 @@ from moonbox import Budget, ConfigError
 from moonbox.engine import Game, ModLimits
 from moonbox.isolation import IsolatedSandbox, WorkerCrashed, WorkerPool
 
-ARENA = Path(__file__).parents[2] / "examples" / "arena"
-
-
-def _arena_module():
-    spec = importlib.util.spec_from_file_location("arena_example", ARENA / "arena.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+pytestmark = pytest.mark.usefixtures("no_workers_left_behind")
 
 
 def _children() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
-@pytest.fixture(autouse=True)
-def no_workers_left_behind():
-    """Every test leaves no child process behind: none running, none a zombie."""
-    before = _children()
-    yield
-    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-    assert not left, f"processes left behind: {[(p.pid, p.status()) for p in left]}"
 
 
 @pytest.fixture
@@ -56,8 +37,8 @@ def _isolated(make_game, pool, **options):
 # -- the same game, isolated ---------------------------------------------------------------
 
 
-def test_the_arena_replays_to_the_same_world_isolated():
-    arena = _arena_module()
+def test_the_arena_replays_to_the_same_world_isolated(arena_example):
+    arena = arena_example
     mods = {m: arena.MODS_DIR.joinpath(f"{m}.lua").read_text() for m in arena.MODS}
     outcomes = {}
     for isolation in ("none", "process"):

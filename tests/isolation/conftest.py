@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import psutil
 import pytest
 
 import moonbox
@@ -27,9 +26,5 @@ def make_isolated():
 
 
 @pytest.fixture(autouse=True)
-def no_workers_left_behind():
-    """Every test leaves no child process behind: none running, none a zombie."""
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
-    yield
-    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-    assert not left, f"processes left behind: {[(p.pid, p.status()) for p in left]}"
+def _no_workers_left(no_workers_left_behind):
+    """Every isolation test leaves no child process behind."""

@@ -3,7 +3,6 @@ crashes its worker is refused like any other, and `moonbox dev --isolate` shows 
 
 from __future__ import annotations
 
-import psutil
 import pytest
 from click.testing import CliRunner
 from mod_folders import write_mod
@@ -24,16 +23,7 @@ function on_reload(old) state_set("migrated_from", old.n) end
 """
 
 
-def _children() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
-@pytest.fixture(autouse=True)
-def no_workers_left_behind():
-    before = _children()
-    yield
-    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-    assert not left, f"processes left behind: {[(p.pid, p.status()) for p in left]}"
+pytestmark = pytest.mark.usefixtures("no_workers_left_behind")
 
 
 def _lines(game, ticks):
