@@ -1189,6 +1189,7 @@ local YIELDED, DONE, PREEMPTED, BUDGET, FAILED, BAD_VALUE, CLOSED = 1, 2, 3, 4, 
 
 local function finish_resume(run, ok, ...)
   m_active = false
+  if not ok then run.dead = true end  -- a coroutine that raised is dead
   account()
   m_run_co = nil
   local kb = collectgarbage("count")
@@ -1226,7 +1227,12 @@ local function finish_resume(run, ok, ...)
   if (...) == PREEMPT and select("#", ...) == 1 and co_status(run.co) == "suspended" then
     return PREEMPTED, stats_steps, stats_peak, nil
   end
-  local status = co_status(run.co) == "dead" and DONE or YIELDED
+  local status = YIELDED
+  if co_status(run.co) == "dead" then
+    status = DONE
+    run.dead = true
+  end
+  if select("#", ...) == 0 then return status, stats_steps, stats_peak end  -- most yields
   local problem = check_values(...)
   if problem then return BAD_VALUE, stats_steps, stats_peak, problem, status end
   return status, stats_steps, stats_peak, ...
@@ -1243,8 +1249,7 @@ end
 -- message for bad_value).
 function host.resume(id, start, growth_limited, ...)
   local run = runs[id]
-  if not run then return CLOSED end
-  if co_status(run.co) == "dead" then return CLOSED end
+  if not run or run.dead then return CLOSED end
   tripped = false
   t_kind, t_chunk, t_line = nil, nil, nil
   c_depth = 0
