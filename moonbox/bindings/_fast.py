@@ -167,22 +167,24 @@ def _field_lines(v: str, info: FieldInfo, constants: dict[str, Any]) -> list[str
         return None
     lines = [f"t = type({v})", *(line.format(v=v) for line in _TEMPLATES[base])]
     number = base in (float, int)
+    bounds = ((annotated_types.Ge, "ge", ">="), (annotated_types.Gt, "gt", ">"),
+              (annotated_types.Le, "le", "<="), (annotated_types.Lt, "lt", "<"))
     for meta in info.metadata:
         name = f"c{len(constants)}"
         if isinstance(meta, Strict):
             continue  # exact types are strict already
-        if number and isinstance(meta, annotated_types.Ge):
-            constants[name] = meta.ge
-            test = f"{v} >= {name}"
-        elif number and isinstance(meta, annotated_types.Gt):
-            constants[name] = meta.gt
-            test = f"{v} > {name}"
-        elif number and isinstance(meta, annotated_types.Le):
-            constants[name] = meta.le
-            test = f"{v} <= {name}"
-        elif number and isinstance(meta, annotated_types.Lt):
-            constants[name] = meta.lt
-            test = f"{v} < {name}"
+        bound = next(((attr, op) for kind, attr, op in bounds if isinstance(meta, kind)), None)
+        if number and bound is not None:
+            value = getattr(meta, bound[0])
+            if base is float:
+                # pydantic compares a float field with its bound as doubles: so does the
+                # lane (an int bound past 2**53 is not exact as a double).
+                try:
+                    value = float(value)
+                except (OverflowError, TypeError, ValueError):
+                    return None
+            constants[name] = value
+            test = f"{v} {bound[1]} {name}"
         elif base is str and isinstance(meta, annotated_types.MinLen):
             constants[name] = meta.min_length
             test = f"len({v}) >= {name}"

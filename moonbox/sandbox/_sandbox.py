@@ -1174,7 +1174,8 @@ class Sandbox:
             message = f"{hf.name}: {exc}"
             if exc.denied and call.run is not None and len(call.run._denials) < 64:
                 call.run._denials.add(message)
-            return (self._failed, message.encode("utf-8", "replace"))
+            # Capped: the message is pushed as a Lua string after the call returns.
+            return (self._failed, message.encode("utf-8", "replace")[:MAX_MESSAGE_BYTES])
         except lua.LuaMemoryError:
             return self._not_enough_memory  # the mod's side turns it into a memory trip
         except lua.LuaError as exc:
@@ -1195,18 +1196,31 @@ class Sandbox:
 
     def _results(self, result: tuple[Any, ...]) -> tuple[Any, ...]:
         out: list[Any] = []
+        text_bytes = 0
         for value in result:
             # Every value goes back as a Lua value: an int lupa cannot convert would come
             # back to the mod as a Python exception object.
             kind = type(value)
-            if value is None or kind is float or kind is bool or kind is bytes:
+            if value is None or kind is float or kind is bool:
                 out.append(value)
             elif kind is int and _MIN_EXACT_INT <= value <= _MAX_EXACT_INT:
                 out.append(value)
-            elif kind is int or kind is str:
-                out.append(to_lua(self._rt, value))
+            elif kind is int or kind is str or kind is bytes:
+                value = value if kind is bytes else to_lua(self._rt, value)
+                if type(value) is bytes:
+                    text_bytes += len(value)
+                out.append(value)
             else:
                 out.append(self._build_table(value))
+        # lupa pushes strings after the call returns, with allocations that must not fail
+        # (a failure there would unwind through the interpreter). The prelude refused this
+        # call within _HOST_CALL_MARGIN_BYTES of the limit in force; strings of more than a
+        # quarter of that are checked against the room actually left.
+        if text_bytes > _HOST_CALL_MARGIN_BYTES // 4 and (
+            self._rt.get_memory_used(True) + text_bytes + _HOST_CALL_MARGIN_BYTES // 4
+            > self._current_limit
+        ):
+            return self._not_enough_memory  # the mod's side turns it into a memory trip
         return tuple(out)
 
     def _plain_arguments(self, args: tuple[Any, ...], hf: HostFunction) -> tuple[Any, ...]:

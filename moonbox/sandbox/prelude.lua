@@ -1069,7 +1069,11 @@ local function make_host_function(id, cost)
     if c < 0 then slow() end
     local kb = collectgarbage("count")
     if kb > host_call_max_kb then
-      set_trip("memory", b_max_memory, floor(kb * 1024))
+      if m_growth_limited then
+        set_trip("memory", b_alloc_bytes, floor((kb - m_start_kb) * 1024))
+      else
+        set_trip("memory", b_max_memory, floor(kb * 1024))
+      end
       raise_trip()
     end
     return finish(dispatch(id, ...))
@@ -1260,6 +1264,13 @@ function host.resume(id, start, growth_limited, ...)
   m_start_kb = m_peak_kb
   m_alloc_kb = m_peak_kb + b_alloc_bytes / 1024
   m_growth_limited = growth_limited
+  -- A host call is refused within the margin of the limit the allocator holds this resume
+  -- to: the growth allowance when it is the tighter one, else the heap cap.
+  if growth_limited then
+    host_call_max_kb = m_alloc_kb - HOST_CALL_MARGIN_KB
+  else
+    host_call_max_kb = b_max_memory / 1024 - HOST_CALL_MARGIN_KB
+  end
   m_start = start
   m_last_poll = start
   m_deadline = start + b_wall_s
@@ -1300,7 +1311,7 @@ local function flat_pairs(t)
   local k, v = next(t)
   while k ~= nil do
     n = n + 1
-    if n > FLAT_MAX then return nil end
+    if n > FLAT_MAX or n > VALUE_MAX_ITEMS then return nil end
     local tk, tv = type(k), type(v)
     if tk == "string" then
       bytes = bytes + #k
@@ -1322,8 +1333,7 @@ end
 function host.flat_argument(t)
   local was_active = m_active
   m_active = false
-  local n = flat_pairs(t)
-  m_active = was_active
+  local n = unmetered(was_active, pcall(flat_pairs, t))
   if n == nil then return nil end
   if m_active then charge(n) end
   return n, unpack_(flat, 1, 2 * n)

@@ -88,6 +88,43 @@ def test_running_out_of_memory_inside_a_binding_call_does_not_hang_the_host(jit)
     assert all(s in ("budget", "memory", "done", "None") for s in lines[:-1])
 
 
+_STRING_RESULT_NEAR_THE_LIMIT = """
+from moonbox import Budget, Sandbox
+
+class Big:
+    name, cost = "big", 1
+    def __call__(self, call, args):
+        return ("y" * int(args[0]),)
+
+src = '''
+local size, fill = ...
+local keep, start, n = {}, collectgarbage("count"), 0
+while collectgarbage("count") - start < fill do n = n + 1 keep[n] = string.rep("a", 1000) .. n end
+return #big(size)
+'''
+# A growth allowance (far below the heap cap), then a host call made close to it whose
+# string result cannot fit: lupa pushes results with allocations that must not fail.
+budget = Budget(alloc_bytes="1MB", max_memory="64MB", wall_s=5)
+with Sandbox(budget, jit=JIT, host_functions=[Big()]) as sb:
+    for size, fill in ((300_000, 900), (2_000_000, 100), (700_000, 600), (100_000, 500)):
+        out = sb.run(src, "=big", args=(size, fill))
+        print(out.status, out.budget, out.value, flush=True)
+    print(sb.run("return 'alive'").value, flush=True)
+"""
+
+
+def test_a_string_result_near_the_growth_allowance_trips_and_does_not_hang(jit):
+    # Run in a child: the defect was a deadlock of the whole process (found in review).
+    code = _STRING_RESULT_NEAR_THE_LIMIT.replace("JIT", str(jit))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == "alive"
+    assert lines[:3] == ["budget memory None"] * 3
+    assert lines[3] == "done None 100000"
+
+
 def test_the_growth_allowance_holds_within_one_resume(jit):
     src = "local t = {} for i = 1, 40 do t[i] = string.rep('x', 1000000) .. i end return #t"
     with _sandbox(jit, Budget(alloc_bytes="1MB", max_memory="64MB")) as sb:

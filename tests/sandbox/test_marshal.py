@@ -181,5 +181,11 @@ def test_flat_path_limits():
         assert flat({str(i): i for i in range(17)}) is None      # more than 16 entries
         assert flat({"x": [1]}) is None                           # nested
         assert flat({"long": "x" * 20}) is None                   # past the byte limit
+    with Sandbox(value_limits=ValueLimits(max_items=4)) as sb:
+        # The item limit holds on the flat path too (found in review).
+        assert sb._h_flat_argument(to_lua(sb._rt, list(range(10)))) is None
+        assert sb._h_flat_argument(to_lua(sb._rt, [1, 2, 3, 4])) is not None
+
+    with Sandbox(value_limits=ValueLimits(max_bytes=10)) as sb:
         binary = sb._h_flat_argument(sb._rt.eval('{["\\255"] = "\\254"}'))
         assert impl._from_pairs(binary) == {"\ufffd": "\ufffd"}
