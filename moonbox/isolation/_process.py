@@ -521,7 +521,10 @@ class WorkerProcess:
             return WorkerLost("memory", "the worker ran out of its memory limit",
                               exit_code=code)
         if code is not None and code < 0:
-            name = signal.Signals(-code).name
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:  # a signal with no name of its own (a real-time one)
+                name = f"SIG{-code}"
             if -code == signal.SIGKILL:
                 # Nobody here sent it: the usual sender is the kernel's out-of-memory killer.
                 return WorkerLost("memory", "the worker was killed by the OS (SIGKILL)",
