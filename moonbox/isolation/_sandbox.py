@@ -33,7 +33,11 @@ from ..sandbox import (
     Status,
     ValueLimits,
 )
-from ..sandbox._sandbox import MAX_REPORT_CHARS, MAX_REPORTS  # the same caps as in process
+from ..sandbox._sandbox import (  # the same caps as in process
+    MAX_REPORT_CHARS,
+    MAX_REPORTS,
+    MAX_REPORTS_TOTAL_CHARS,
+)
 from ._process import WorkerCrashed, WorkerLost, WorkerProcess, WorkerStats
 from ._protocol import FunctionRef, decode_error, decode_result
 
@@ -114,19 +118,21 @@ class RemoteFunction(FunctionHandle):
 class _Reports:
     """Where host functions put ``report()`` lines while the host serves a call."""
 
-    __slots__ = ("reports", "reports_dropped")
+    __slots__ = ("reports", "reports_dropped", "_report_chars")
 
     def __init__(self) -> None:
         self.reports: list[str] = []
         self.reports_dropped = 0
+        self._report_chars = 0
 
     def _add_report(self, text: str) -> None:
-        if len(self.reports) >= MAX_REPORTS:
+        if len(self.reports) >= MAX_REPORTS or self._report_chars >= MAX_REPORTS_TOTAL_CHARS:
             self.reports_dropped += 1
             return
         if len(text) > MAX_REPORT_CHARS:
             text = text[: MAX_REPORT_CHARS - 3] + "..."
         self.reports.append(text)
+        self._report_chars += len(text)
 
 
 class _Watch:
