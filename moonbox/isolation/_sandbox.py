@@ -463,7 +463,7 @@ class IsolatedSandbox:
     def _decode_error(self, reply: list[Any], index: int = 1) -> ScriptError:
         try:
             error = decode_error(reply[index])
-        except (IndexError, KeyError, TypeError, ValueError):
+        except Exception:  # noqa: BLE001 - whatever the worker sent, it is no error
             error = None
         if error is None:
             raise self._worker.violation(f"a malformed error: {str(reply)[:80]}")
@@ -713,13 +713,17 @@ class IsolatedSandbox:
                 return Outcome("error", (), self._decode_error(reply), reports)
             self._check(reply)
             raise self._worker.violation(f"an answer of kind {kind!r} to a run")
-        if (len(reply) != 9 or reply[1] not in _STATUSES or type(reply[2]) is not list
+        if (len(reply) != 9 or type(reply[1]) is not str or reply[1] not in _STATUSES
+                or type(reply[2]) is not list
                 or type(reply[3]) is not int or type(reply[4]) is not int
                 or type(reply[5]) not in (int, float) or type(reply[8]) is not int
                 or (reply[6] is None) != (reply[1] in _OK_STATUSES)):
             raise self._worker.violation(f"a malformed result: {str(reply)[:80]}")
-        outcome = decode_result(reply, reports) if reply[6] is None else Outcome(
-            reply[1], (), self._decode_error(reply, 6), reports, Stats(*reply[3:6]))
+        try:
+            outcome = decode_result(reply, reports) if reply[6] is None else Outcome(
+                reply[1], (), decode_error(reply[6]), reports, Stats(*reply[3:6]))
+        except Exception:  # noqa: BLE001 - whatever the worker sent, it is no result
+            raise self._worker.violation(f"a malformed result: {str(reply)[:80]}") from None
         snapshot = reply[7]
         if snapshot is not None:
             if type(snapshot) is list and len(snapshot) == 1:

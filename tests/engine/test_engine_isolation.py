@@ -331,3 +331,15 @@ def test_a_mod_that_cannot_be_built_again_is_quarantined_runtime(make_game, hook
     assert reports[2].restored == ["fragile"]
     with pytest.raises(Exception, match="unload it"):
         game.lift_quarantine("fragile")
+
+
+def test_a_malformed_answer_while_loading_quarantines_the_mod(scripted_worker, make_game):
+    # A worker that answers the mod's first call with an error whose fields have the wrong
+    # types is killed as crashed: the load fails, it does not raise into the host.
+    scripted_worker("w.send(['r', 'error', [], 0, 0, 0.0, {'kind': 'runtime', 'message': "
+                    "'boom', 'chunk': 5, 'line': 1, 'traceback': []}, None, 0])")
+    game = make_game(isolation="process", workers=1)
+    mod = game.load_mod("m", "x = 1")
+    assert mod.quarantine is not None and mod.quarantine.kind == "load"
+    assert mod.quarantine.failure.error.kind == "crashed"
+    assert "broke the protocol" in mod.quarantine.reason

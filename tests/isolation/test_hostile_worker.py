@@ -30,3 +30,62 @@ def test_a_worker_ended_by_a_signal_with_no_name_is_a_crash(scripted_worker):
         assert not psutil.pid_exists(pid)  # reaped, no zombie
     finally:
         sb.close()
+
+
+_ERROR = {"kind": "runtime", "message": "boom", "chunk": "=m", "line": 1, "traceback": []}
+
+
+def _answer(status, error) -> str:
+    return f"w.send(['r', {status!r}, [], 0, 0, 0.0, {error!r}, None, 0])"
+
+
+@pytest.mark.parametrize("answer", [
+    _answer(["x"], None),  # a status that cannot even be looked up
+    _answer({"done": 1}, None),
+    _answer("error", {**_ERROR, "chunk": 5}),
+    _answer("error", {**_ERROR, "line": "1"}),
+    _answer("error", {**_ERROR, "line": True}),
+    _answer("error", {**_ERROR, "message": None}),
+    _answer("error", {**_ERROR, "message": ["boom"]}),
+    _answer("error", {**_ERROR, "kind": 7}),
+    _answer("error", {**_ERROR, "kind": "made-up"}),
+    _answer("error", {**_ERROR, "kind": "budget"}),  # a budget error without its budget
+    _answer("error", {**_ERROR, "traceback": "x"}),
+    _answer("error", {**_ERROR, "traceback": [[1, 2, 3]]}),
+    _answer("error", {**_ERROR, "traceback": [["=m", 1]]}),
+    _answer("error", {**_ERROR, "traceback": [["=m", "1", None]]}),
+    _answer("budget", {**_ERROR, "budget": "bogus", "limit": 1, "used": 2}),
+    _answer("budget", {**_ERROR, "budget": ["time"], "limit": 1, "used": 2}),
+    _answer("budget", {**_ERROR, "budget": "time", "limit": "1", "used": 2}),
+    _answer("error", ["not", "a", "map"]),
+    "w.send(['script', {'kind': 'syntax', 'message': 'x', 'chunk': 5, 'line': 1, "
+    "'traceback': []}])",
+], ids=["status-list", "status-map", "chunk-int", "line-str", "line-bool", "message-none",
+        "message-list", "kind-int", "kind-unknown", "kind-budget-bare", "traceback-str",
+        "frame-ints", "frame-short", "frame-line-str", "budget-unknown", "budget-list",
+        "limit-str", "error-list", "syntax-chunk-int"])
+def test_a_malformed_answer_kills_the_worker_and_never_raises_in_the_host(
+        scripted_worker, answer):
+    scripted_worker(answer)
+    sb = IsolatedSandbox(Budget(wall_s=0.5), wall_margin_s=0.5)
+    try:
+        pid = sb.pid
+        outcome = sb.start("return 1").resume()
+        assert outcome.status == "error" and outcome.error.kind == "crashed"
+        assert "broke the protocol" in str(outcome.error)
+        assert _gone(pid) and sb.pid != pid
+    finally:
+        sb.close()
+
+
+def test_a_well_formed_error_from_the_worker_is_taken(scripted_worker):
+    # The checks refuse only what encode_error never writes.
+    budget = {**_ERROR, "kind": "budget", "budget": "time", "limit": 0.5, "used": 0.7,
+              "traceback": [["=m", 1, None], ["=m", None, "f"]]}
+    scripted_worker(_answer("budget", budget))
+    with IsolatedSandbox(Budget(wall_s=0.5), wall_margin_s=0.5) as sb:
+        pid = sb.pid
+        outcome = sb.start("return 1").resume()
+        assert outcome.status == "budget" and outcome.budget == "time"
+        assert outcome.error.chunk == "=m" and len(outcome.error.traceback) == 2
+        assert sb.pid == pid
