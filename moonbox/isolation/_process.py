@@ -412,7 +412,8 @@ class WorkerProcess:
         ``serve`` answers a ``call`` frame (a host function). ``watch``, if given, holds the
         deadline instead of ``deadline``: its ``deadline`` attribute is read before every
         wait, ``tick()`` is called when the worker reports the start of another resume (a
-        ``tick`` frame) and ``served()`` after each call the host answered. ``notes`` are
+        ``tick`` frame; one it answers false, or any without a watch, is a protocol
+        violation) and ``served()`` after each call the host answered. ``notes`` are
         frames the worker takes without answering, sent in the same write before the
         request.
 
@@ -466,8 +467,11 @@ class WorkerProcess:
                             watch.served()
                         self._send_packed(data, deadline if watch is None else watch.deadline)
                     elif kind == "tick":
-                        if watch is not None:
-                            watch.tick()
+                        # Only a run of several resumes sends these, one as each resume
+                        # after the first begins; any other would reset the watchdog
+                        # without limit.
+                        if watch is None or not watch.tick():
+                            raise self.violation("a tick frame the request does not allow")
                     else:
                         return reply  # type: ignore[no-any-return]
             except (WorkerLost, SandboxClosed):

@@ -139,19 +139,32 @@ class _Watch:
     """The watchdog's deadline for the request in flight, and the resume's own deadline
     that :class:`HostCall` reads (on the sandbox)."""
 
-    __slots__ = ("sandbox", "deadline", "limit", "wall_s")
+    __slots__ = ("sandbox", "deadline", "limit", "wall_s", "ticks")
 
     def __init__(self, sandbox: IsolatedSandbox) -> None:
         self.sandbox = sandbox
         self.deadline = math.inf
         self.limit = math.inf  # what served() may push the deadline to, at most
         self.wall_s = 0.0
+        self.ticks = 0  # the resumes the request may still begin (tick frames)
 
-    def begin(self, wall_s: float) -> None:
+    def begin(self, wall_s: float, ticks: int = 0) -> None:
+        """A request begins: its first resume, and ``ticks`` more it may begin (a ``run``
+        of ``max_resumes`` resumes: ``max_resumes - 1``; a ``resume``: none)."""
         self.wall_s = wall_s
-        self.tick()
+        self.ticks = ticks
+        self._restart()
 
-    def tick(self) -> None:
+    def tick(self) -> bool:
+        """The worker says the request's next resume begins; whether it may (a worker
+        that says so more often than the request allows would hold the host forever)."""
+        if self.ticks <= 0:
+            return False
+        self.ticks -= 1
+        self._restart()
+        return True
+
+    def _restart(self) -> None:
         """A resume begins: its own wall budget, and the watchdog's margin past it."""
         sb = self.sandbox
         now = time.monotonic()
@@ -669,14 +682,17 @@ class IsolatedSandbox:
             frame = ["run", self._id, None, source, chunk, list(args), max_resumes,
                      budget_frame]
         reports = _Reports()
-        return self._exchange(frame, budget or self.budget, name, reports, 0)
+        # The worker begins each resume after the first with a tick frame: as many as that.
+        return self._exchange(frame, budget or self.budget, name, reports, 0,
+                              max(0, max_resumes - 1))
 
     def _budget_frame(self, budget: Budget) -> dict[str, Any] | None:
         return None if budget is self.budget or budget == self.budget else budget.model_dump()
 
     def _exchange(self, frame: list[Any], budget: Budget, name: str, run: _Reports,
-                  first_report: int) -> Outcome:
-        """Send a request that runs mod code, under the watchdog; an outcome either way."""
+                  first_report: int, ticks: int = 0) -> Outcome:
+        """Send a request that runs mod code, under the watchdog; an outcome either way.
+        ``ticks``: the resumes past the first the request may begin (tick frames)."""
         self._check_open()
         worker = self._worker
         with worker.lock:
@@ -685,7 +701,7 @@ class IsolatedSandbox:
                 if self._generation != worker.generation or worker.down or self._remake:
                     self._ensure()
                 self._running = run
-                self._watch.begin(budget.wall_s)
+                self._watch.begin(budget.wall_s, ticks)
                 reply = worker.request(frame, None, self._serve, self._watch, self._notes())
                 reports = (tuple(run.reports[first_report:]) if len(run.reports) > first_report
                            else ())

@@ -4,6 +4,9 @@ never raises, never waits past its deadlines, and kills the worker."""
 
 from __future__ import annotations
 
+import signal
+import time
+
 import psutil
 import pytest
 
@@ -11,6 +14,23 @@ from moonbox import Budget
 from moonbox.isolation import IsolatedSandbox
 
 pytestmark = pytest.mark.usefixtures("no_workers_left_behind")
+
+
+class _HostHeld(Exception):
+    """The host was still waiting on the worker long past every deadline."""
+
+
+@pytest.fixture
+def give_up_after():
+    """``give_up_after(seconds)``: the test fails (the host's wait is interrupted) rather
+    than hang when the host waits on a worker that long."""
+    def interrupt(*_: object) -> None:
+        raise _HostHeld("the host was still waiting on the worker")
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    yield signal.alarm
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
 
 
 def _gone(pid: int) -> bool:
@@ -89,3 +109,60 @@ def test_a_well_formed_error_from_the_worker_is_taken(scripted_worker):
         assert outcome.status == "budget" and outcome.budget == "time"
         assert outcome.error.chunk == "=m" and len(outcome.error.traceback) == 2
         assert sb.pid == pid
+
+
+_TICK_FOREVER = """
+while True:  # never answers, only says again and again that another resume began
+    w.send(["tick"])
+    time.sleep(0.02)
+"""
+
+
+def test_tick_frames_do_not_hold_the_host_during_a_resume(scripted_worker, give_up_after):
+    # A resume is one resume: it never begins another, so any tick is a violation.
+    scripted_worker(_TICK_FOREVER)
+    give_up_after(20)
+    sb = IsolatedSandbox(Budget(wall_s=0.05), wall_margin_s=0.2)
+    try:
+        pid = sb.pid
+        run = sb.start("return 1")
+        started = time.monotonic()
+        outcome = run.resume()
+        assert time.monotonic() - started < 5
+        assert outcome.status == "error" and outcome.error.kind == "crashed"
+        assert "tick" in str(outcome.error)
+        assert _gone(pid)
+    finally:
+        sb.close()
+
+
+def test_tick_frames_do_not_hold_the_host_during_a_run(scripted_worker, give_up_after):
+    # A run of max_resumes resumes begins at most max_resumes - 1 more: each resets the
+    # watchdog, but that many times only.
+    scripted_worker(_TICK_FOREVER)
+    give_up_after(20)
+    sb = IsolatedSandbox(Budget(wall_s=0.05), wall_margin_s=0.2)
+    try:
+        started = time.monotonic()
+        outcome = sb.run("return 1", max_resumes=20)
+        assert time.monotonic() - started < 8
+        assert outcome.status == "error" and outcome.error.kind == "crashed"
+    finally:
+        sb.close()
+
+
+@pytest.mark.parametrize(("ticks", "max_resumes", "ok"), [(2, 3, True), (3, 3, False),
+                                                           (1, 1, False)])
+def test_a_run_takes_as_many_ticks_as_it_has_resumes_after_the_first(
+        scripted_worker, ticks, max_resumes, ok):
+    scripted_worker(f"""
+for _ in range({ticks}):
+    w.send(["tick"])
+w.send(["r", "done", [7], 0, 0, 0.0, None, None, 0])
+""")
+    with IsolatedSandbox(Budget(wall_s=1), wall_margin_s=1) as sb:
+        outcome = sb.run("return 7", max_resumes=max_resumes)
+        if ok:
+            assert outcome.status == "done" and outcome.values == (7,)
+        else:
+            assert outcome.status == "error" and outcome.error.kind == "crashed"
