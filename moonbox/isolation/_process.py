@@ -413,7 +413,8 @@ class WorkerProcess:
         deadline instead of ``deadline``: its ``deadline`` attribute is read before every
         wait, ``tick()`` is called when the worker reports the start of another resume (a
         ``tick`` frame; one it answers false, or any without a watch, is a protocol
-        violation) and ``served()`` after each call the host answered. ``notes`` are
+        violation) and ``served(seconds)`` after each call the host answered, with the time
+        the host spent serving it; no call is served once its ``overdue`` is true. ``notes`` are
         frames the worker takes without answering, sent in the same write before the
         request.
 
@@ -449,12 +450,17 @@ class WorkerProcess:
                             raise self.violation(f"a malformed call: {str(reply)[:80]}")
                         # A worker past its deadline gets no more calls served: one that
                         # only ever sends calls would otherwise never be waited on, and
-                        # never meet the watchdog.
+                        # never meet the watchdog. Nor does one whose last call was
+                        # answered past its time (the watch says overdue): the host's time
+                        # in serving calls does not count against the deadline.
                         due = deadline if watch is None else watch.deadline
-                        if due is not None and time.monotonic() > due:
+                        if (due is not None and time.monotonic() > due) or (
+                                watch is not None and watch.overdue):
                             raise self._lost("time")
+                        begun = time.monotonic()
                         answer = (["err", "no host functions are served here", "failed"]
                                   if serve is None else serve(reply))
+                        spent = time.monotonic() - begun
                         if self.generation != generation:
                             raise WorkerLost("crashed", "the worker was lost while the host "
                                              "served one of its calls")
@@ -464,7 +470,7 @@ class WorkerProcess:
                             log.exception("a host function returned what cannot cross")
                             data = writer.frame(["err", _HOST_BUG, "failed"])
                         if watch is not None:
-                            watch.served()
+                            watch.served(spent)
                         self._send_packed(data, deadline if watch is None else watch.deadline)
                     elif kind == "tick":
                         # Only a run of several resumes sends these, one as each resume

@@ -139,7 +139,7 @@ class _Watch:
     """The watchdog's deadline for the request in flight, and the resume's own deadline
     that :class:`HostCall` reads (on the sandbox)."""
 
-    __slots__ = ("sandbox", "deadline", "limit", "wall_s", "ticks")
+    __slots__ = ("sandbox", "deadline", "limit", "wall_s", "ticks", "overdue")
 
     def __init__(self, sandbox: IsolatedSandbox) -> None:
         self.sandbox = sandbox
@@ -147,6 +147,9 @@ class _Watch:
         self.limit = math.inf  # what served() may push the deadline to, at most
         self.wall_s = 0.0
         self.ticks = 0  # the resumes the request may still begin (tick frames)
+        # A call was answered past the resume's own time (and the margin): the worker's
+        # meter stops the mod when such a call returns, so no further call may come.
+        self.overdue = False
 
     def begin(self, wall_s: float, ticks: int = 0) -> None:
         """A request begins: its first resume, and ``ticks`` more it may begin (a ``run``
@@ -171,19 +174,31 @@ class _Watch:
         sb._start, sb._deadline = now, now + self.wall_s
         self.deadline = now + self.wall_s + sb.wall_margin_s
         self.limit = self.deadline + sb.wall_margin_s
+        self.overdue = False
 
-    def served(self) -> None:
-        """The host answered a call: the worker gets the margin to go on (its own meter
-        bounds the rest of the resume), but never more than one margin more in all, so a
-        worker that only sends calls cannot keep the host serving it."""
-        later = min(time.monotonic() + self.sandbox.wall_margin_s, self.limit)
+    def served(self, spent: float) -> None:
+        """The host answered a call, which took it ``spent`` seconds.
+
+        That time was the host's, not the worker's: the deadline and its limit move by it
+        (a slow host function, or a nested call into another mod, is no hang of the
+        worker's). Then the worker gets the margin to go on (its own meter bounds the rest
+        of the resume), but never more than one margin more in all.
+
+        The worker's own clock does count the host's time: when a call returns past the
+        resume's wall budget (as the host keeps it: excluded waits move it), the worker's
+        meter stops the mod before it makes another call, as in process. So once a call
+        is answered past that budget and the margin, the request is :attr:`overdue`: a
+        further call is not served, and a worker that only sends calls to a slow host
+        function cannot keep the host serving it."""
+        self.deadline += spent
+        self.limit += spent
+        sb = self.sandbox
+        now = time.monotonic()
+        later = min(now + sb.wall_margin_s, self.limit)
         if later > self.deadline:
             self.deadline = later
-
-    def extend(self, seconds: float) -> None:
-        """Host work excluded from the resume's budget (an approval): both move."""
-        self.deadline += seconds
-        self.limit += seconds
+        if now > sb._deadline + sb.wall_margin_s:
+            self.overdue = True
 
 
 class IsolatedRun(_Reports):
@@ -779,9 +794,9 @@ class IsolatedSandbox:
 
     def _h_extend(self, seconds: float) -> None:
         # HostCall.excluded_time moved the resume's deadline (self._deadline) by this much:
-        # the watchdog moves with it, and the worker hears of it with the answer (_serve).
+        # the worker hears of it with the answer (_serve). The watchdog moves by all the
+        # time the host spends serving the call, this included (_Watch.served).
         self._excluded_pending += seconds
-        self._watch.extend(seconds)
 
     def _serve(self, frame: list[Any]) -> list[Any]:
         """Run one host function for the worker: validated and served here, in the host."""

@@ -16,8 +16,9 @@ from moonbox.isolation import IsolatedSandbox
 pytestmark = pytest.mark.usefixtures("no_workers_left_behind")
 
 
-class _HostHeld(Exception):
-    """The host was still waiting on the worker long past every deadline."""
+class _HostHeld(BaseException):
+    """The host was still waiting on the worker long past every deadline (a BaseException:
+    the host answers a host function's Exception to the worker and goes on)."""
 
 
 @pytest.fixture
@@ -166,3 +167,35 @@ w.send(["r", "done", [7], 0, 0, 0.0, None, None, 0])
             assert outcome.status == "done" and outcome.values == (7,)
         else:
             assert outcome.status == "error" and outcome.error.kind == "crashed"
+
+
+def test_a_worker_that_only_calls_a_slow_host_function_is_stopped(scripted_worker,
+                                                                  give_up_after):
+    # The host's time in serving a call is not counted against the worker; but a worker
+    # whose call came back past its budget makes no other (its meter stops the mod), so
+    # one that goes on calling is killed as a hang, not served for ever.
+    calls = []
+
+    class _Slow:
+        name, cost = "slow", 1
+
+        def __call__(self, call, args):
+            calls.append(time.monotonic())
+            time.sleep(0.2)
+            return ()
+
+    scripted_worker("""
+while True:
+    w.send(["call", "slow", []])
+    r.read()
+""")
+    give_up_after(20)
+    sb = IsolatedSandbox(Budget(wall_s=0.1), wall_margin_s=0.3, host_functions=[_Slow()])
+    try:
+        pid = sb.pid
+        outcome = sb.start("return 1").resume()
+        assert outcome.status == "budget" and outcome.budget == "time"
+        assert _gone(pid)
+        assert len(calls) <= 5 and calls[-1] - calls[0] < 5
+    finally:
+        sb.close()
