@@ -56,3 +56,40 @@ def no_workers_left_behind():
     yield
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
     assert not left, f"processes left behind: {[(p.pid, p.status()) for p in left]}"
+
+
+_SCRIPTED_BOOT = '''
+import os, sys, time
+from moonbox.isolation._protocol import FrameReader, FrameWriter
+r = FrameReader(int(sys.argv[1]))
+w = FrameWriter(int(sys.argv[2]))
+w.send(["ready", os.getpid()])
+while True:
+    try:
+        req = r.read()
+    except Exception:
+        sys.exit(0)
+    op = req[0]
+    if op in ("run", "resume"):
+{script}
+    elif op == "load":
+        w.send(["ok", 0])
+    elif op != "drop_fns":
+        w.send(["ok"])
+'''
+
+
+@pytest.fixture
+def scripted_worker(monkeypatch):
+    """Workers started after ``script(code)`` are a scripted, hostile process instead of
+    moonbox's worker: they answer every request ok, except ``run`` and ``resume``, which run
+    ``code`` (Python, with ``w`` the frame writer, ``r`` the reader, ``req`` the request)."""
+    import textwrap
+
+    from moonbox.isolation import _process
+
+    def script(code: str) -> None:
+        body = textwrap.indent(textwrap.dedent(code).strip("\n"), " " * 8)
+        monkeypatch.setattr(_process, "_BOOT", _SCRIPTED_BOOT.format(script=body))
+
+    return script

@@ -241,6 +241,7 @@ class Game:
         self._subscribers: dict[str, list[Mod]] = {}
         self._outbox: list[Event] = []
         self._chain: list[str] = []
+        self._rebuilding: set[str] = set()  # mods being built again in a fresh worker
         self._tick = 0
         self._report = TickReport(0)
         self._closed = False
@@ -588,7 +589,9 @@ class Game:
         run again, so the mod registers its handlers, timers and exports anew; what that
         main chunk asks of the world and sends to other mods is taken back (they saw it at
         the first load), and the mod's key/value state, kept here in the host, is put back
-        as it was: the mod's last data snapshot. Its queued events stay queued."""
+        as it was: the mod's last data snapshot. Its calls of other mods' exports are
+        refused (``rebuilding``): what those would do could not be taken back. Its queued
+        events stay queued."""
         sandbox = mod.sandbox
         assert isinstance(sandbox, IsolatedSandbox)
         mod.stats.restores += 1
@@ -599,7 +602,14 @@ class Game:
         world.rollback(mod.id)  # a transaction the lost runtime left open
         first_command = world.next_command_id
         outbox, events, emits = len(self._outbox), len(self._report.events), mod.emits_this_tick
-        ok = self._build(mod, mod._source, mod._prepare, again=True)
+        # What the main chunk would do through another mod's export is not the mod's to
+        # take back (the other mod's Lua state, its events, its commands): such calls are
+        # refused while it is built again (_call_export, "rebuilding").
+        self._rebuilding.add(mod.id)
+        try:
+            ok = self._build(mod, mod._source, mod._prepare, again=True)
+        finally:
+            self._rebuilding.discard(mod.id)
         world.discard(mod.id, first_command)
         self._outbox[outbox:] = [e for e in self._outbox[outbox:] if e.source != mod.id]
         self._report.events[events:] = [e for e in self._report.events[events:]
@@ -1080,6 +1090,13 @@ class Game:
 
     def _call_export(self, caller: Mod, mod_id: str, name: str, arg: Any,
                      call: HostCall) -> Any:
+        if caller.id in self._rebuilding:
+            # The call ran at the first load already; run again, its effects in the other
+            # mod would happen twice, and nothing here can take them back.
+            raise BindingError(f"{mod_id}.{name} cannot be called while mod {caller.id!r} "
+                               "is built again after losing its worker; call other mods "
+                               "from handlers, not the main chunk, or pcall the call "
+                               "[rebuilding]", reason="rebuilding")
         target, kind, where = self._exported(caller, mod_id, name)
         if kind != "function":
             raise BindingError(f"{mod_id}.{name} is data, not a function [not_a_function]",

@@ -412,7 +412,9 @@ class WorkerProcess:
         ``serve`` answers a ``call`` frame (a host function). ``watch``, if given, holds the
         deadline instead of ``deadline``: its ``deadline`` attribute is read before every
         wait, ``tick()`` is called when the worker reports the start of another resume (a
-        ``tick`` frame) and ``served()`` after each call the host answered. ``notes`` are
+        ``tick`` frame; one it answers false, or any without a watch, is a protocol
+        violation) and ``served(seconds)`` after each call the host answered, with the time
+        the host spent serving it; no call is served once its ``overdue`` is true. ``notes`` are
         frames the worker takes without answering, sent in the same write before the
         request.
 
@@ -448,12 +450,17 @@ class WorkerProcess:
                             raise self.violation(f"a malformed call: {str(reply)[:80]}")
                         # A worker past its deadline gets no more calls served: one that
                         # only ever sends calls would otherwise never be waited on, and
-                        # never meet the watchdog.
+                        # never meet the watchdog. Nor does one whose last call was
+                        # answered past its time (the watch says overdue): the host's time
+                        # in serving calls does not count against the deadline.
                         due = deadline if watch is None else watch.deadline
-                        if due is not None and time.monotonic() > due:
+                        if (due is not None and time.monotonic() > due) or (
+                                watch is not None and watch.overdue):
                             raise self._lost("time")
+                        begun = time.monotonic()
                         answer = (["err", "no host functions are served here", "failed"]
                                   if serve is None else serve(reply))
+                        spent = time.monotonic() - begun
                         if self.generation != generation:
                             raise WorkerLost("crashed", "the worker was lost while the host "
                                              "served one of its calls")
@@ -463,11 +470,14 @@ class WorkerProcess:
                             log.exception("a host function returned what cannot cross")
                             data = writer.frame(["err", _HOST_BUG, "failed"])
                         if watch is not None:
-                            watch.served()
+                            watch.served(spent)
                         self._send_packed(data, deadline if watch is None else watch.deadline)
                     elif kind == "tick":
-                        if watch is not None:
-                            watch.tick()
+                        # Only a run of several resumes sends these, one as each resume
+                        # after the first begins; any other would reset the watchdog
+                        # without limit.
+                        if watch is None or not watch.tick():
+                            raise self.violation("a tick frame the request does not allow")
                     else:
                         return reply  # type: ignore[no-any-return]
             except (WorkerLost, SandboxClosed):
@@ -521,7 +531,10 @@ class WorkerProcess:
             return WorkerLost("memory", "the worker ran out of its memory limit",
                               exit_code=code)
         if code is not None and code < 0:
-            name = signal.Signals(-code).name
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:  # a signal with no name of its own (a real-time one)
+                name = f"SIG{-code}"
             if -code == signal.SIGKILL:
                 # Nobody here sent it: the usual sender is the kernel's out-of-memory killer.
                 return WorkerLost("memory", "the worker was killed by the OS (SIGKILL)",

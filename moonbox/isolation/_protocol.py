@@ -19,11 +19,11 @@ import os
 import select
 import struct
 import time
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, get_args
 
 import msgpack
 
-from .._errors import BudgetExceeded, Frame, ScriptError
+from .._errors import BudgetExceeded, BudgetKind, ErrorKind, Frame, ScriptError
 from ..sandbox import Outcome, Stats
 
 __all__ = [
@@ -284,15 +284,49 @@ def encode_error(error: ScriptError | None) -> dict[str, Any] | None:
     return data
 
 
+_KINDS = frozenset(get_args(ErrorKind)) - {"budget"}  # a budget error carries its budget
+_BUDGETS = frozenset(get_args(BudgetKind))
+_NUMBERS = (int, float)
+
+
+def _is(value: Any, kind: type) -> bool:
+    """``value`` is ``None`` or exactly of ``kind`` (no subclass: a bool is no int)."""
+    return value is None or type(value) is kind
+
+
 def decode_error(data: dict[str, Any] | None) -> ScriptError | None:
+    """The error in a worker's answer, each field checked: the worker is not trusted.
+
+    Raises:
+        ValueError: the data is no error as :func:`encode_error` writes one (a field
+            missing, or of the wrong type).
+    """
     if data is None:
         return None
-    frames = tuple(Frame(c, ln, fn) for c, ln, fn in data["traceback"])
+    if type(data) is not dict:
+        raise ValueError("an error is a map")
+    kind, message = data.get("kind"), data.get("message")
+    chunk, line, traceback = data.get("chunk"), data.get("line"), data.get("traceback")
+    if not (_is(kind, str) and type(message) is str and _is(chunk, str) and _is(line, int)
+            and type(traceback) is list):
+        raise ValueError("an error field of the wrong type")
+    frames = []
+    for frame in traceback:
+        if not (type(frame) is list and len(frame) == 3 and type(frame[0]) is str
+                and _is(frame[1], int) and _is(frame[2], str)):
+            raise ValueError("a malformed traceback frame")
+        frames.append(Frame(frame[0], frame[1], frame[2]))
     if "budget" in data:
-        return BudgetExceeded(data["budget"], data["limit"], data["used"], chunk=data["chunk"],
-                              line=data["line"], traceback=frames)
-    return ScriptError(data["message"], chunk=data["chunk"], line=data["line"],
-                       traceback=frames, kind=data["kind"])
+        budget, limit, used = data["budget"], data.get("limit"), data.get("used")
+        if not (type(budget) is str and budget in _BUDGETS and type(limit) in _NUMBERS
+                and type(used) in _NUMBERS):
+            raise ValueError("a malformed budget error")
+        return BudgetExceeded(budget, limit, used, chunk=chunk, line=line,  # type: ignore[arg-type]
+                              traceback=tuple(frames))
+    if kind is not None and kind not in _KINDS:
+        raise ValueError(f"an error of kind {kind[:40]!r}")
+    return ScriptError(message, chunk=chunk, line=line, traceback=tuple(frames),
+                       kind=kind)  # type: ignore[arg-type]
 
 
 # The answer to a request that ran mod code (``run``, ``resume``), one flat list:

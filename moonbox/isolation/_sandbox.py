@@ -33,7 +33,11 @@ from ..sandbox import (
     Status,
     ValueLimits,
 )
-from ..sandbox._sandbox import MAX_REPORT_CHARS, MAX_REPORTS  # the same caps as in process
+from ..sandbox._sandbox import (  # the same caps as in process
+    MAX_REPORT_CHARS,
+    MAX_REPORTS,
+    MAX_REPORTS_TOTAL_CHARS,
+)
 from ._process import WorkerCrashed, WorkerLost, WorkerProcess, WorkerStats
 from ._protocol import FunctionRef, decode_error, decode_result
 
@@ -114,57 +118,87 @@ class RemoteFunction(FunctionHandle):
 class _Reports:
     """Where host functions put ``report()`` lines while the host serves a call."""
 
-    __slots__ = ("reports", "reports_dropped")
+    __slots__ = ("reports", "reports_dropped", "_report_chars")
 
     def __init__(self) -> None:
         self.reports: list[str] = []
         self.reports_dropped = 0
+        self._report_chars = 0
 
     def _add_report(self, text: str) -> None:
-        if len(self.reports) >= MAX_REPORTS:
+        if len(self.reports) >= MAX_REPORTS or self._report_chars >= MAX_REPORTS_TOTAL_CHARS:
             self.reports_dropped += 1
             return
         if len(text) > MAX_REPORT_CHARS:
             text = text[: MAX_REPORT_CHARS - 3] + "..."
         self.reports.append(text)
+        self._report_chars += len(text)
 
 
 class _Watch:
     """The watchdog's deadline for the request in flight, and the resume's own deadline
     that :class:`HostCall` reads (on the sandbox)."""
 
-    __slots__ = ("sandbox", "deadline", "limit", "wall_s")
+    __slots__ = ("sandbox", "deadline", "limit", "wall_s", "ticks", "overdue")
 
     def __init__(self, sandbox: IsolatedSandbox) -> None:
         self.sandbox = sandbox
         self.deadline = math.inf
         self.limit = math.inf  # what served() may push the deadline to, at most
         self.wall_s = 0.0
+        self.ticks = 0  # the resumes the request may still begin (tick frames)
+        # A call was answered past the resume's own time (and the margin): the worker's
+        # meter stops the mod when such a call returns, so no further call may come.
+        self.overdue = False
 
-    def begin(self, wall_s: float) -> None:
+    def begin(self, wall_s: float, ticks: int = 0) -> None:
+        """A request begins: its first resume, and ``ticks`` more it may begin (a ``run``
+        of ``max_resumes`` resumes: ``max_resumes - 1``; a ``resume``: none)."""
         self.wall_s = wall_s
-        self.tick()
+        self.ticks = ticks
+        self._restart()
 
-    def tick(self) -> None:
+    def tick(self) -> bool:
+        """The worker says the request's next resume begins; whether it may (a worker
+        that says so more often than the request allows would hold the host forever)."""
+        if self.ticks <= 0:
+            return False
+        self.ticks -= 1
+        self._restart()
+        return True
+
+    def _restart(self) -> None:
         """A resume begins: its own wall budget, and the watchdog's margin past it."""
         sb = self.sandbox
         now = time.monotonic()
         sb._start, sb._deadline = now, now + self.wall_s
         self.deadline = now + self.wall_s + sb.wall_margin_s
         self.limit = self.deadline + sb.wall_margin_s
+        self.overdue = False
 
-    def served(self) -> None:
-        """The host answered a call: the worker gets the margin to go on (its own meter
-        bounds the rest of the resume), but never more than one margin more in all, so a
-        worker that only sends calls cannot keep the host serving it."""
-        later = min(time.monotonic() + self.sandbox.wall_margin_s, self.limit)
+    def served(self, spent: float) -> None:
+        """The host answered a call, which took it ``spent`` seconds.
+
+        That time was the host's, not the worker's: the deadline and its limit move by it
+        (a slow host function, or a nested call into another mod, is no hang of the
+        worker's). Then the worker gets the margin to go on (its own meter bounds the rest
+        of the resume), but never more than one margin more in all.
+
+        The worker's own clock does count the host's time: when a call returns past the
+        resume's wall budget (as the host keeps it: excluded waits move it), the worker's
+        meter stops the mod before it makes another call, as in process. So once a call
+        is answered past that budget and the margin, the request is :attr:`overdue`: a
+        further call is not served, and a worker that only sends calls to a slow host
+        function cannot keep the host serving it."""
+        self.deadline += spent
+        self.limit += spent
+        sb = self.sandbox
+        now = time.monotonic()
+        later = min(now + sb.wall_margin_s, self.limit)
         if later > self.deadline:
             self.deadline = later
-
-    def extend(self, seconds: float) -> None:
-        """Host work excluded from the resume's budget (an approval): both move."""
-        self.deadline += seconds
-        self.limit += seconds
+        if now > sb._deadline + sb.wall_margin_s:
+            self.overdue = True
 
 
 class IsolatedRun(_Reports):
@@ -457,7 +491,7 @@ class IsolatedSandbox:
     def _decode_error(self, reply: list[Any], index: int = 1) -> ScriptError:
         try:
             error = decode_error(reply[index])
-        except (IndexError, KeyError, TypeError, ValueError):
+        except Exception:  # noqa: BLE001 - whatever the worker sent, it is no error
             error = None
         if error is None:
             raise self._worker.violation(f"a malformed error: {str(reply)[:80]}")
@@ -663,14 +697,17 @@ class IsolatedSandbox:
             frame = ["run", self._id, None, source, chunk, list(args), max_resumes,
                      budget_frame]
         reports = _Reports()
-        return self._exchange(frame, budget or self.budget, name, reports, 0)
+        # The worker begins each resume after the first with a tick frame: as many as that.
+        return self._exchange(frame, budget or self.budget, name, reports, 0,
+                              max(0, max_resumes - 1))
 
     def _budget_frame(self, budget: Budget) -> dict[str, Any] | None:
         return None if budget is self.budget or budget == self.budget else budget.model_dump()
 
     def _exchange(self, frame: list[Any], budget: Budget, name: str, run: _Reports,
-                  first_report: int) -> Outcome:
-        """Send a request that runs mod code, under the watchdog; an outcome either way."""
+                  first_report: int, ticks: int = 0) -> Outcome:
+        """Send a request that runs mod code, under the watchdog; an outcome either way.
+        ``ticks``: the resumes past the first the request may begin (tick frames)."""
         self._check_open()
         worker = self._worker
         with worker.lock:
@@ -679,7 +716,7 @@ class IsolatedSandbox:
                 if self._generation != worker.generation or worker.down or self._remake:
                     self._ensure()
                 self._running = run
-                self._watch.begin(budget.wall_s)
+                self._watch.begin(budget.wall_s, ticks)
                 reply = worker.request(frame, None, self._serve, self._watch, self._notes())
                 reports = (tuple(run.reports[first_report:]) if len(run.reports) > first_report
                            else ())
@@ -707,13 +744,17 @@ class IsolatedSandbox:
                 return Outcome("error", (), self._decode_error(reply), reports)
             self._check(reply)
             raise self._worker.violation(f"an answer of kind {kind!r} to a run")
-        if (len(reply) != 9 or reply[1] not in _STATUSES or type(reply[2]) is not list
+        if (len(reply) != 9 or type(reply[1]) is not str or reply[1] not in _STATUSES
+                or type(reply[2]) is not list
                 or type(reply[3]) is not int or type(reply[4]) is not int
                 or type(reply[5]) not in (int, float) or type(reply[8]) is not int
                 or (reply[6] is None) != (reply[1] in _OK_STATUSES)):
             raise self._worker.violation(f"a malformed result: {str(reply)[:80]}")
-        outcome = decode_result(reply, reports) if reply[6] is None else Outcome(
-            reply[1], (), self._decode_error(reply, 6), reports, Stats(*reply[3:6]))
+        try:
+            outcome = decode_result(reply, reports) if reply[6] is None else Outcome(
+                reply[1], (), decode_error(reply[6]), reports, Stats(*reply[3:6]))
+        except Exception:  # noqa: BLE001 - whatever the worker sent, it is no result
+            raise self._worker.violation(f"a malformed result: {str(reply)[:80]}") from None
         snapshot = reply[7]
         if snapshot is not None:
             if type(snapshot) is list and len(snapshot) == 1:
@@ -753,9 +794,9 @@ class IsolatedSandbox:
 
     def _h_extend(self, seconds: float) -> None:
         # HostCall.excluded_time moved the resume's deadline (self._deadline) by this much:
-        # the watchdog moves with it, and the worker hears of it with the answer (_serve).
+        # the worker hears of it with the answer (_serve). The watchdog moves by all the
+        # time the host spends serving the call, this included (_Watch.served).
         self._excluded_pending += seconds
-        self._watch.extend(seconds)
 
     def _serve(self, frame: list[Any]) -> list[Any]:
         """Run one host function for the worker: validated and served here, in the host."""

@@ -212,6 +212,58 @@ def test_a_rebuilt_mod_does_not_repeat_what_its_main_chunk_did(make_game, hooked
     assert listener.stats.errors == 0
 
 
+_SERVICE = """
+export("bump", function()
+  state_set("n", (state_get("n") or 0) + 1)
+  emit("bumped", {})
+  coreai_world_spawn{prefab = "cube"}
+  return state_get("n")
+end)
+"""
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-worker", "own-workers"])
+def test_a_rebuilt_mod_does_not_repeat_calls_into_other_mods(make_game, shared):
+    # What the main chunk did through another mod's export happened in that mod (its Lua
+    # state, its events, its commands), where the rebuild cannot take it back: refused.
+    with WorkerPool(1 if shared else 3, memory_limit_bytes=512 << 20,
+                    _test_hooks=True) as pool:
+        game = _isolated(make_game, pool)
+        service = game.load_mod("service", _SERVICE)
+        game.load_mod("listener", 'on("bumped", function() report("bumped") end)')
+        client = game.load_mod("client", """
+            local bump = import("service", "bump")
+            bump()                              -- a side effect at load, through another mod
+            on("tick", function(t) if t == 2 then test_abort() end end)
+        """)
+        reports = game.run(4)
+        assert "client" in reports[2].restored
+        assert service.state == {"n": 1}  # the client's load ran once
+        assert [(r.tick, line) for r in reports for _, line in r.reports] == [(1, "bumped")]
+        assert len(game.world) == 1
+        # The main chunk failed on the refusal: the mod could not be built again.
+        assert client.quarantine is not None and client.quarantine.kind == "runtime"
+        assert "[rebuilding]" in client.quarantine.reason
+
+
+def test_a_rebuilt_mod_that_guards_its_calls_into_other_mods_goes_on(make_game, hooked_pool):
+    game = _isolated(make_game, hooked_pool)
+    service = game.load_mod("service", _SERVICE)
+    client = game.load_mod("client", """
+        local ok, err = pcall(import("service", "bump"))
+        if not ok then report(err) end
+        on("tick", function(t)
+          if t == 2 then test_abort() end
+          report("tick " .. t .. ": " .. import("service", "bump")())
+        end)
+    """)
+    lines = [line for r in game.run(4) for _, line in r.reports]
+    assert len(lines) == 4 and "[rebuilding]" in lines[1]
+    assert [lines[0], *lines[2:]] == ["tick 1: 2", "tick 3: 3", "tick 4: 4"]
+    assert client.quarantine is None and client.stats.restores == 1
+    assert service.state == {"n": 4}  # load, ticks 1, 3 and 4: no call repeated
+
+
 def test_repeated_crashes_quarantine_the_mod_and_the_others_never_notice(make_game, hooked_pool):
     game = _isolated(make_game, hooked_pool, limits=ModLimits(max_failures=2))
     others = [game.load_mod(name, 'on("tick", function(t) state_set("t", t) end)')
@@ -331,3 +383,15 @@ def test_a_mod_that_cannot_be_built_again_is_quarantined_runtime(make_game, hook
     assert reports[2].restored == ["fragile"]
     with pytest.raises(Exception, match="unload it"):
         game.lift_quarantine("fragile")
+
+
+def test_a_malformed_answer_while_loading_quarantines_the_mod(scripted_worker, make_game):
+    # A worker that answers the mod's first call with an error whose fields have the wrong
+    # types is killed as crashed: the load fails, it does not raise into the host.
+    scripted_worker("w.send(['r', 'error', [], 0, 0, 0.0, {'kind': 'runtime', 'message': "
+                    "'boom', 'chunk': 5, 'line': 1, 'traceback': []}, None, 0])")
+    game = make_game(isolation="process", workers=1)
+    mod = game.load_mod("m", "x = 1")
+    assert mod.quarantine is not None and mod.quarantine.kind == "load"
+    assert mod.quarantine.failure.error.kind == "crashed"
+    assert "broke the protocol" in mod.quarantine.reason

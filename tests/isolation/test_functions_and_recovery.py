@@ -154,6 +154,40 @@ def test_an_approval_wait_is_excluded_from_the_workers_clock_too():
     registry.close()
 
 
+class _Slow:
+    """A host function that takes its argument's seconds: the host's time, not the mod's."""
+
+    name, cost = "slow", 1
+
+    def __call__(self, call, args):
+        time.sleep(args[0])
+        return ("done",)
+
+
+@pytest.mark.parametrize(("source", "status"), [
+    ("local r = slow(...) return r", "done"),
+    # The mod's own meter stops it when the call returns past its budget, as in process:
+    # a trip the sandbox catches, never a kill.
+    ("slow(...) local x = 0 while true do x = x + 1 end", "budget"),
+    ("slow(...) slow(0) return 1", "budget"),
+])
+def test_a_slow_host_function_does_not_cost_the_worker(source, status):
+    budget = Budget(wall_s=0.25)
+    with moonbox.Sandbox(budget, host_functions=[_Slow()]) as local:
+        expected = local.run(source, args=(1.5,))
+    assert expected.status == status
+    with IsolatedSandbox(budget, host_functions=[_Slow()], wall_margin_s=0.5) as sb:
+        pid = sb.pid
+        out = sb.run(source, args=(1.5,))
+        assert (out.status, out.values) == (expected.status, expected.values)
+        assert out.error is None or out.error.kind == "budget"
+        assert sb.pid == pid and sb.restores == 0  # not killed
+        run = sb.start(source)  # the same in a resume
+        out = run.resume(1.5)
+        assert (out.status, out.values) == (expected.status, expected.values)
+        assert sb.pid == pid and sb.restores == 0
+
+
 def test_a_replaced_runtime_is_made_again_with_its_chunks(make_isolated):
     sb = make_isolated(Budget(max_memory=8 << 20))
     chunk = sb.load("return 'still here'", "=kept")

@@ -53,6 +53,25 @@ def test_runs_yield_and_resume_with_fresh_budgets(make_isolated):
     assert finished.values == ("end",)
 
 
+@pytest.mark.parametrize("source", [
+    "local s = string.rep('x', 4000) for i = 1, 1000 do report(s) end",
+    "local s = string.rep('x', 4000) for i = 1, 100 do report(s) "
+    "if i % 10 == 0 then coroutine.yield() end end",
+])
+def test_report_caps_match_the_in_process_sandbox(make_isolated, source):
+    # A mod that reports a lot gets as many lines kept isolated as in process: the count,
+    # the length of each line and the characters in all are capped alike.
+    budget = Budget(steps=10_000_000)
+    isolated = make_isolated(budget)
+    with Sandbox(budget, host_functions=moonbox.default_bindings()) as local:
+        expected = local.start(source).finish()
+    outcome = isolated.start(source).finish()
+    assert outcome.status == expected.status == "done"
+    assert outcome.reports == expected.reports
+    assert sum(map(len, outcome.reports)) < 300_000
+    assert isolated.run(source).reports == expected.reports
+
+
 def test_a_budget_trip_in_the_worker_keeps_the_worker(make_isolated):
     sb = make_isolated(Budget(steps=1000))
     pid = sb.pid
