@@ -77,13 +77,16 @@ with Sandbox(budget, jit=JIT, host_functions=default_bindings()) as sb:
 """
 
 
-def test_running_out_of_memory_inside_a_binding_call_does_not_hang_the_host(jit):
-    # Run in a child: the defect was a deadlock of the whole process.
-    code = _OOM_IN_BINDING.replace("JIT", str(jit))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+def _lines_of_child(code: str, jit: bool) -> list[str]:
+    # Run in a child: these defects were deadlocks of the whole process.
+    proc = subprocess.run([sys.executable, "-c", code.replace("JIT", str(jit))],
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = proc.stdout.split()
+    return proc.stdout.splitlines()
+
+
+def test_running_out_of_memory_inside_a_binding_call_does_not_hang_the_host(jit):
+    lines = " ".join(_lines_of_child(_OOM_IN_BINDING, jit)).split()
     assert lines[-1] == "alive"
     assert all(s in ("budget", "memory", "done", "None") for s in lines[:-1])
 
@@ -114,12 +117,7 @@ with Sandbox(budget, jit=JIT, host_functions=[Big()]) as sb:
 
 
 def test_a_string_result_near_the_growth_allowance_trips_and_does_not_hang(jit):
-    # Run in a child: the defect was a deadlock of the whole process (found in review).
-    code = _STRING_RESULT_NEAR_THE_LIMIT.replace("JIT", str(jit))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = proc.stdout.splitlines()
+    lines = _lines_of_child(_STRING_RESULT_NEAR_THE_LIMIT, jit)  # found in review
     assert lines[-1] == "alive"
     assert lines[:3] == ["budget memory None"] * 3
     assert lines[3] == "done None 100000"
