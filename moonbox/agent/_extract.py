@@ -59,8 +59,12 @@ class _Block:
 
 def extract_lua(text: str) -> Extraction | None:
     """The Lua of a reply by the rule above, or ``None`` when it holds no code."""
-    text, _ = split_reasoning(text) if "think>" in text else (text, "")
+    # A reply that is one JSON envelope as a whole is taken as it is, before any reasoning
+    # tags are looked for: its code may itself contain "<think>" (found by a property test).
     envelope = _envelope(text)
+    if envelope is None and "think>" in text:
+        text, _ = split_reasoning(text)
+        envelope = _envelope(text)
     if envelope is not None:
         return Extraction(envelope, "json", 0)
     blocks = _blocks(text)
