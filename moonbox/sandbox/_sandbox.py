@@ -475,10 +475,10 @@ class Run:
         limit = sb._fixed_limit  # sb._limit is this already
         growth_limited = False
         if limit is None:  # see _resume
-            limit = sb._rt.get_memory_used(True) + budget.alloc_bytes
-            growth_limited = limit < budget.max_memory
+            limit = sb._rt.get_memory_used(True) + sb._alloc_bytes
+            growth_limited = limit < sb._max_memory
             if not growth_limited:
-                limit = budget.max_memory
+                limit = sb._max_memory
             sb._limit = limit
         if sb._current_limit != limit:
             sb._rt.set_max_memory(limit, True)
@@ -487,7 +487,7 @@ class Run:
         sb._running = self
         start = sb._clock()
         sb._start = start
-        sb._deadline = start + budget.wall_s
+        sb._deadline = start + sb._wall_s_limit
         try:
             if args:
                 res = sb._h_resume(self._id, start, growth_limited, *args)
@@ -692,14 +692,15 @@ class Sandbox:
     # Slots: the resume and the dispatcher read a dozen of these per call, and a slot is
     # the fastest attribute CPython has (a class this size otherwise gets a plain dict).
     __slots__ = (
-        "_call", "_cell_name", "_clock", "_closed", "_current_limit", "_deadline", "_dropped",
-        "_entries", "_env", "_excluded_s", "_excluded_start", "_failed", "_fixed_limit",
-        "_generation", "_h_check_argument", "_h_close", "_h_compile", "_h_drop_kept",
-        "_h_expire", "_h_extend", "_h_flat_argument", "_h_keep_function", "_h_kept_count", "_h_resume",
-        "_h_set_budget", "_h_start", "_h_start_kept", "_host_functions", "_limit",
-        "_loose_limit", "_lua_budget", "_not_enough_memory", "_rt", "_running", "_runs",
-        "_slow_name", "_start", "budget", "deterministic", "jit", "preempt", "replacements",
-        "seed", "value_limits", "__weakref__",
+        "_alloc_bytes", "_call", "_cell_name", "_clock", "_closed", "_current_limit",
+        "_deadline", "_dropped", "_entries", "_env", "_excluded_s", "_excluded_start",
+        "_failed", "_fixed_limit", "_generation", "_h_check_argument", "_h_close", "_h_compile",
+        "_h_drop_kept", "_h_expire", "_h_extend", "_h_flat_argument", "_h_keep_function",
+        "_h_kept_count", "_h_resume", "_h_set_budget", "_h_start", "_h_start_kept",
+        "_host_functions", "_limit", "_loose_limit", "_lua_budget", "_max_memory",
+        "_not_enough_memory", "_rt", "_running", "_runs", "_slow_name", "_start",
+        "_wall_s_limit", "budget", "deterministic", "jit", "preempt", "replacements", "seed",
+        "value_limits", "__weakref__",
     )
 
     def __init__(
@@ -1035,6 +1036,11 @@ class Sandbox:
         self._h_set_budget(budget.steps, budget.wall_s, total, self.preempt,
                            budget.alloc_bytes, budget.max_memory)
         self._lua_budget = budget
+        # The budget's figures the steady resume reads, copied: attribute reads on a
+        # pydantic model take CPython's slow path (the class defines __getattr__).
+        self._wall_s_limit = budget.wall_s
+        self._alloc_bytes = budget.alloc_bytes
+        self._max_memory = budget.max_memory
         cap = budget.max_memory
         self._fixed_limit = cap if budget.alloc_bytes >= cap else None
         self._loose_limit = cap + _HOST_HEADROOM_BYTES
