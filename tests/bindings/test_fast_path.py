@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, create_model
 from pydantic import field_validator as pyd_field_validator
 
-from moonbox import Budget
+from moonbox import BindingError, Budget
 from moonbox.bindings import (
     Answer,
     Binding,
@@ -231,7 +231,7 @@ def test_lane_and_full_path_give_the_same_outcome(args):
 def test_lane_steps_aside_for_hooks_approvals_and_removal():
     reg = Registry()
     seen: list[Any] = []
-    binding = reg.register(Binding("step", Step, _step, unpack=True, risk="write"))
+    reg.register(Binding("step", Step, _step, unpack=True, risk="write"))
     api = reg.mod("m", Permissions(mode="full"))
     sb = api.sandbox(Budget(wall_s=10))
     assert sb.run("return step(2, 3, 'a')").values == (6.0, "float", "a")
@@ -252,7 +252,6 @@ def test_lane_steps_aside_for_hooks_approvals_and_removal():
     reg.unregister("step")
     out = sb.run("return step(1, 1)")
     assert out.status == "error" and "[unavailable]" in out.error.message
-    assert binding.name == "step"
 
     asked: list[Any] = []
     ask_reg = Registry()
@@ -285,10 +284,8 @@ def test_unpacking_binding_with_a_result_model():
 def test_unpacking_binding_called_from_python_validates_too():
     binding = Binding("step", Step, _step, unpack=True)
     assert binding(None, (2, 3)) == (6.0, "float", "")  # type: ignore[arg-type]
-    with pytest.raises(Exception, match="argument n: "):
+    with pytest.raises(BindingError, match="argument n: "):
         binding(None, (2, -3))  # type: ignore[arg-type]
-    with pytest.raises(ValidationError):
-        Step(x=1, n=-1)
 
 
 def test_a_float_bound_is_compared_as_a_double():
