@@ -413,8 +413,8 @@ class WorkerProcess:
         deadline instead of ``deadline``: its ``deadline`` attribute is read before every
         wait, ``tick()`` is called when the worker reports the start of another resume (a
         ``tick`` frame; one it answers false, or any without a watch, is a protocol
-        violation) and ``served(seconds)`` after each call the host answered, with the time
-        the host spent serving it; no call is served once its ``overdue`` is true. ``notes`` are
+        violation) and ``served(begun)`` after each call the host answered, with the monotonic
+        time the host began serving it; no call is served once its ``overdue`` is true. ``notes`` are
         frames the worker takes without answering, sent in the same write before the
         request.
 
@@ -435,14 +435,28 @@ class WorkerProcess:
             if self._down:
                 raise WorkerLost("crashed", "the worker is down (revive it first)")
             generation = self.generation
-            writer = self._writer
+            writer, reader = self._writer, self._reader
             data = writer.frame(value)  # what cannot cross fails here, before anything is sent
             if notes:
                 data = b"".join([*(writer.frame(note) for note in notes), data])
             try:
                 self._send_packed(data, deadline if watch is None else watch.deadline)
                 while True:
-                    reply = self.receive(deadline if watch is None else watch.deadline)
+                    # The hot loop of every request and of every call a worker makes: what
+                    # receive() does, inline.
+                    due = deadline if watch is None else watch.deadline
+                    if self._pipes.read_fd < 0:
+                        raise self._lost("crashed")
+                    try:
+                        reply = reader.read(due)
+                    except FrameTimeout:
+                        raise self._lost("time") from None
+                    except FrameCorrupt as exc:
+                        raise self.violation(str(exc)) from None
+                    except (FrameError, OSError):
+                        raise self._lost("crashed") from None
+                    if type(reply) is not list or not reply or type(reply[0]) is not str:
+                        raise self.violation(f"a frame that is no message: {str(reply)[:80]}")
                     kind = reply[0]
                     if kind == "call":
                         if len(reply) != 3 or type(reply[1]) is not str \
@@ -453,14 +467,12 @@ class WorkerProcess:
                         # never meet the watchdog. Nor does one whose last call was
                         # answered past its time (the watch says overdue): the host's time
                         # in serving calls does not count against the deadline.
-                        due = deadline if watch is None else watch.deadline
-                        if (due is not None and time.monotonic() > due) or (
+                        begun = time.monotonic()
+                        if (due is not None and begun > due) or (
                                 watch is not None and watch.overdue):
                             raise self._lost("time")
-                        begun = time.monotonic()
                         answer = (["err", "no host functions are served here", "failed"]
                                   if serve is None else serve(reply))
-                        spent = time.monotonic() - begun
                         if self.generation != generation:
                             raise WorkerLost("crashed", "the worker was lost while the host "
                                              "served one of its calls")
@@ -470,7 +482,7 @@ class WorkerProcess:
                             log.exception("a host function returned what cannot cross")
                             data = writer.frame(["err", _HOST_BUG, "failed"])
                         if watch is not None:
-                            watch.served(spent)
+                            watch.served(begun)
                         self._send_packed(data, deadline if watch is None else watch.deadline)
                     elif kind == "tick":
                         # Only a run of several resumes sends these, one as each resume

@@ -176,8 +176,8 @@ class _Watch:
         self.limit = self.deadline + sb.wall_margin_s
         self.overdue = False
 
-    def served(self, spent: float) -> None:
-        """The host answered a call, which took it ``spent`` seconds.
+    def served(self, begun: float) -> None:
+        """The host answered a call, which it began serving at ``begun`` (monotonic seconds).
 
         That time was the host's, not the worker's: the deadline and its limit move by it
         (a slow host function, or a nested call into another mod, is no hang of the
@@ -190,10 +190,11 @@ class _Watch:
         is answered past that budget and the margin, the request is :attr:`overdue`: a
         further call is not served, and a worker that only sends calls to a slow host
         function cannot keep the host serving it."""
+        now = time.monotonic()
+        spent = now - begun
         self.deadline += spent
         self.limit += spent
         sb = self.sandbox
-        now = time.monotonic()
         later = min(now + sb.wall_margin_s, self.limit)
         if later > self.deadline:
             self.deadline = later
@@ -810,10 +811,18 @@ class IsolatedSandbox:
         call = self._call
         call.run = self._running
         call.name = name
-        call.mod = None
         self._excluded_pending = 0.0
         try:
-            result = hf(call, tuple(args))
+            # The binding's lane first, as in process (it only ever declines to the full
+            # path): the arguments come as msgpack decoded them, plain values only.
+            args = tuple(args)
+            lane = getattr(hf, "lane", None)
+            result = None if lane is None else lane(call, args)
+            if result is None:
+                call.mod = None
+                result = hf(call, args)
+            elif type(result) is not tuple:
+                result = (result,)
         except BindingError as exc:
             answer = ["err", str(exc), exc.reason]
         except Exception:

@@ -9,7 +9,7 @@ import pytest
 
 import moonbox
 from moonbox import Budget, ConfigError, Sandbox, SandboxClosed, ScriptError
-from moonbox.bindings import Binding, Registry
+from moonbox.bindings import Binding, Hook, Registry, Veto
 from moonbox.isolation import IsolatedSandbox, WorkerCrashed
 
 PROGRAMS = [
@@ -234,3 +234,47 @@ def test_worker_stats_come_from_the_os(make_isolated):
     assert stats.pid == sb.pid and stats.rss_bytes > 1 << 20
     assert stats.cpu_user_s + stats.cpu_system_s > 0
     assert stats.to_dict()["mods"] == [sb.mod_id]
+
+
+LANE_PROGRAMS = [
+    "return add(2, 3)",
+    "return add(2.5, -1)",
+    "return add('a', 1)",
+    "return add(1)",
+    "return add(1, 2, 3)",
+    "local x = add(0/0, 1) return x ~= x",
+    "return add({}, 1)",
+]
+
+
+VALID_CALLS = LANE_PROGRAMS[:2] + ["local x = add(0/0, 1) return x ~= x"]
+
+
+@pytest.mark.parametrize("source", LANE_PROGRAMS)
+def test_registry_bindings_answer_as_in_process_with_and_without_hooks(source):
+    """The host serves a worker's calls through the binding's lane when it can: what the
+    mod sees is the in-process answer, and a hook in force still sees (and may veto)
+    every call."""
+    registry = Registry(moonbox.default_bindings())
+    api = registry.mod("m")
+    budget = Budget(steps=100_000)
+    try:
+        with IsolatedSandbox(budget, host_functions=api.host_functions, seed=3) as isolated, \
+                api.sandbox(budget, seed=3) as local:
+            assert _shape(isolated.run(source, "@m.lua")) == _shape(local.run(source, "@m.lua"))
+            seen: list[str] = []
+            hook = registry.add_hook(Hook("spy", pre_call=lambda info: seen.append(info.binding.name)))
+            assert _shape(isolated.run(source, "@m.lua")) == _shape(local.run(source, "@m.lua"))
+            registry.remove_hook(hook)
+            valid = len(seen)
+            # Each valid call is seen once per sandbox; the rest fail validation first.
+            assert valid == (2 if source in VALID_CALLS else 0)
+            veto = registry.add_hook(Hook("no", pre_call=lambda info: Veto("not now")))
+            vetoed = isolated.run(source, "@m.lua")
+            assert _shape(vetoed) == _shape(local.run(source, "@m.lua"))
+            if valid:
+                assert vetoed.status == "error" and "not now" in vetoed.error.message
+            registry.remove_hook(veto)
+    finally:
+        api.close()
+        registry.close()
