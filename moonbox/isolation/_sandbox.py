@@ -151,12 +151,12 @@ class _Watch:
         # meter stops the mod when such a call returns, so no further call may come.
         self.overdue = False
 
-    def begin(self, wall_s: float, ticks: int = 0) -> None:
-        """A request begins: its first resume, and ``ticks`` more it may begin (a ``run``
-        of ``max_resumes`` resumes: ``max_resumes - 1``; a ``resume``: none)."""
+    def begin(self, wall_s: float, ticks: int, now: float) -> None:
+        """A request begins at ``now``: its first resume, and ``ticks`` more it may begin
+        (a ``run`` of ``max_resumes`` resumes: ``max_resumes - 1``; a ``resume``: none)."""
         self.wall_s = wall_s
         self.ticks = ticks
-        self._restart()
+        self._restart(now)
 
     def tick(self) -> bool:
         """The worker says the request's next resume begins; whether it may (a worker
@@ -164,13 +164,13 @@ class _Watch:
         if self.ticks <= 0:
             return False
         self.ticks -= 1
-        self._restart()
+        self._restart(time.monotonic())
         return True
 
-    def _restart(self) -> None:
-        """A resume begins: its own wall budget, and the watchdog's margin past it."""
+    def _restart(self, now: float) -> None:
+        """A resume begins at ``now``: its own wall budget, and the watchdog's margin past
+        it."""
         sb = self.sandbox
-        now = time.monotonic()
         sb._start, sb._deadline = now, now + self.wall_s
         self.deadline = now + self.wall_s + sb.wall_margin_s
         self.limit = self.deadline + sb.wall_margin_s
@@ -234,8 +234,9 @@ class IsolatedRun(_Reports):
     def _open(self) -> bool:
         """Resumable: not finished, and its sandbox still lives in the worker that holds it."""
         sb = self.sandbox
+        worker = sb._worker
         return (self.status not in _FINISHED and not sb._closed and sb._made == self._made
-                and not sb.lost)
+                and sb._generation == worker.generation and not worker._down)
 
     @property
     def stats(self) -> Stats:
@@ -252,7 +253,8 @@ class IsolatedRun(_Reports):
         if self.status in _FINISHED:
             raise SandboxClosed(f"the run of {self.chunk.name} is finished ({self.status})")
         sb._check_open()
-        if sb._made != self._made or sb.lost:
+        worker = sb._worker
+        if sb._made != self._made or sb._generation != worker.generation or worker._down:
             self.status = "error"
             raise SandboxClosed(f"the run of {self.chunk.name} was lost with its worker; "
                                 "start it again")
@@ -487,7 +489,8 @@ class IsolatedSandbox:
     def lost(self) -> bool:
         """The worker holding the mod's runtime was lost and the mod was not restored yet:
         its runs and functions are gone."""
-        return self._generation != self._worker.generation or self._worker.down
+        worker = self._worker
+        return self._generation != worker.generation or worker._down
 
     def _decode_error(self, reply: list[Any], index: int = 1) -> ScriptError:
         try:
@@ -520,9 +523,9 @@ class IsolatedSandbox:
     def _check_open(self) -> None:
         if self._closed:
             raise SandboxClosed("the sandbox is closed")
-        if self._pool is not None and self._pool.closed:
+        if self._pool is not None and self._pool._closed:
             raise SandboxClosed(f"{self.mod_id}: the worker pool is closed")
-        if self._worker.closed:
+        if self._worker._closed:
             raise SandboxClosed(f"{self.mod_id}: the worker is closed")
 
     def _notes(self) -> list[Any] | None:
@@ -714,11 +717,14 @@ class IsolatedSandbox:
         with worker.lock:
             start = time.monotonic()
             try:
-                if self._generation != worker.generation or worker.down or self._remake:
+                begun = start
+                if self._generation != worker.generation or worker._down or self._remake:
                     self._ensure()
+                    begun = time.monotonic()  # making the mod again is not its resume's time
                 self._running = run
-                self._watch.begin(budget.wall_s, ticks)
-                reply = worker.request(frame, None, self._serve, self._watch, self._notes())
+                self._watch.begin(budget.wall_s, ticks, begun)
+                reply = worker.request(frame, None, self._serve, self._watch,
+                                       self._notes() if self._dropped else None)
                 reports = (tuple(run.reports[first_report:]) if len(run.reports) > first_report
                            else ())
                 outcome = self._result(reply, reports)
