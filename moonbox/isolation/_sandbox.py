@@ -711,8 +711,16 @@ class IsolatedSandbox:
     def _exchange(self, frame: list[Any], budget: Budget, name: str, run: _Reports,
                   first_report: int, ticks: int = 0) -> Outcome:
         """Send a request that runs mod code, under the watchdog; an outcome either way.
-        ``ticks``: the resumes past the first the request may begin (tick frames)."""
+        ``ticks``: the resumes past the first the request may begin (tick frames).
+
+        Raises:
+            HostError: a run of this sandbox is running (a host function serving it called
+                back into the same mod), refused as in process before the request in
+                flight is touched: its watchdog, deadline and reports stay its own.
+        """
         self._check_open()
+        if self._running is not None:
+            raise HostError("a run cannot be resumed while another run of the sandbox runs")
         worker = self._worker
         with worker.lock:
             start = time.monotonic()

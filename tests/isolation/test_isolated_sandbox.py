@@ -278,3 +278,38 @@ def test_registry_bindings_answer_as_in_process_with_and_without_hooks(source):
     finally:
         api.close()
         registry.close()
+
+
+class _Reenter:
+    """A host function that calls back into the sandbox serving it."""
+
+    name = "reenter"
+    cost = 1
+
+    def __init__(self) -> None:
+        self.sandbox = None
+        self.refusals: list[str] = []
+
+    def __call__(self, call, args):
+        try:
+            self.sandbox.run("return 7", "=inner")
+        except moonbox.HostError as exc:
+            self.refusals.append(str(exc))
+            raise
+        return ()
+
+
+def test_a_host_function_calling_back_into_its_sandbox_is_refused_as_in_process():
+    """The nested request is refused before it touches the one in flight: the outer run
+    keeps its reports, its watchdog and the resumes it may still begin."""
+    source = ("report('before') local ok = pcall(reenter) coroutine.yield() "
+              "report('after') coroutine.yield() return ok")
+    shapes = []
+    for make in (Sandbox, IsolatedSandbox):
+        fn = _Reenter()
+        with make(Budget(wall_s=5), host_functions=[*moonbox.default_bindings(), fn]) as sb:
+            fn.sandbox = sb
+            outcome = sb.run(source, "=outer", max_resumes=3)
+        assert fn.refusals == ["a run cannot be resumed while another run of the sandbox runs"]
+        shapes.append((outcome.status, outcome.values, outcome.reports))
+    assert shapes[0] == shapes[1] == ("done", (False,), ("before", "after"))
