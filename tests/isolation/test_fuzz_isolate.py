@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from moonbox import Budget, Outcome, ScriptError
 from moonbox.cli import cli
 from moonbox.fuzz import Checker
-from moonbox.fuzz._invariants import _parity
+from moonbox.fuzz._invariants import REPEATS_FOR_PARITY, _parity
 from moonbox.fuzz._runner import fuzz
 from moonbox.isolation import WorkerPool
 
@@ -66,6 +66,33 @@ def test_parity_compares_what_replays_and_nothing_else():
     # Other profiles compare how the run ended only.
     assert _parity("memory", a, Outcome("done", (), None, ())) == []
     assert _parity("memory", a, e1)
+
+
+def test_parity_is_judged_only_for_programs_that_repeat_in_process(monkeypatch):
+    """A program that ends one way in process, then another, is no isolation finding; one
+    that ends the same wrong way on every in-process run is."""
+    checker = Checker(isolate=True)
+    wrong = Outcome("error", (), ScriptError("boom", kind="runtime", chunk="@fuzz/program.lua",
+                                             line=1))
+    try:
+        real_run, calls = checker._run, []
+
+        def first_run_differs(*args):
+            calls.append(1)
+            return wrong if len(calls) == 1 else real_run(*args)
+
+        monkeypatch.setattr(checker, "_run", first_run_differs)
+        flaky = checker.check("return 1 + 1", "steps")
+        assert "isolation-parity" not in _invariants(flaky), flaky.violations
+        assert len(calls) == 2  # the run parity compares, and one repeat that disagreed
+
+        calls.clear()
+        monkeypatch.setattr(checker, "_run", lambda *args: calls.append(1) or wrong)
+        steady = checker.check("return 1 + 1", "steps")
+        assert _invariants(steady) == {"isolation-parity"}, steady.violations
+        assert len(calls) == 1 + REPEATS_FOR_PARITY
+    finally:
+        checker.close()
 
 
 def test_the_command_takes_isolate(tmp_path):
