@@ -1361,4 +1361,10 @@ host.clock = CLOCK
 _G.python = nil
 package.loaded.python = nil
 
+-- The runtime's own globals keep no `debug` either (the prelude captured what it uses).
+-- No mod could reach it there anyway; it goes because lupa looks up `debug.traceback` as
+-- the error handler of every call the host makes into Lua: without it, each resume skips
+-- two table lookups and a stack shuffle, and a host-side Lua error arrives as its message.
+_G.debug = nil
+
 return host

@@ -353,6 +353,16 @@ def test_jit_mode_keeps_the_jit_on_and_hook_mode_turns_it_off():
         assert off._rt.eval("jit.status()")[0] is False
 
 
+def test_the_runtime_keeps_no_debug_global_for_the_host_calls_to_look_up():
+    # lupa looks up debug.traceback as the error handler of every call from the host: with
+    # no `debug` global, each resume skips that work. Host-side errors still arrive.
+    with Sandbox() as sb:
+        assert sb._rt.globals()[b"debug"] is None
+        assert sb.run("return 1").values == (1,)
+        with pytest.raises(Exception, match="boom"):
+            sb._rt.execute("error('boom')")
+
+
 def test_sandboxes_share_nothing():
     with Sandbox() as a, Sandbox() as b:
         a.run("shared = 1 string.upper = nil math.pi = 3")
