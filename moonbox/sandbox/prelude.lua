@@ -26,7 +26,8 @@ local PRELUDE_SOURCE = getinfo(1, "S").source
 
 -------------------------------------------------------------------------------------------
 -- Clock: CLOCK_MONOTONIC through the FFI (tens of nanoseconds once compiled, ~0.8 us from
--- the interpreter). The host reads the resume's start time from the same clock itself.
+-- the interpreter). The host reads a resume's start on the same clock; its end is read
+-- here, and the wall time goes back with the resume's other figures.
 -------------------------------------------------------------------------------------------
 local now = os.clock
 local CLOCK = "process"
@@ -1192,6 +1193,7 @@ end
 local YIELDED, DONE, PREEMPTED, BUDGET, FAILED, BAD_VALUE, CLOSED = 1, 2, 3, 4, 5, 6, 7
 
 local function finish_resume(run, ok, ...)
+  local wall = now() - m_start
   m_active = false
   if not ok then run.dead = true end  -- a coroutine that raised is dead
   account()
@@ -1218,28 +1220,28 @@ local function finish_resume(run, ok, ...)
         if frames[i].line then t_chunk, t_line = frames[i].chunk, frames[i].line break end
       end
     end
-    return BUDGET, stats_steps, stats_peak, {
+    return BUDGET, stats_steps, stats_peak, wall, {
       kind = t_kind, limit = t_limit, used = t_used, chunk = t_chunk, line = t_line,
       traceback = frames,
     }
   end
   if not ok then
-    return FAILED, stats_steps, stats_peak, {
+    return FAILED, stats_steps, stats_peak, wall, {
       message = error_text((...)), traceback = frames_of(run.co, run.main),
     }
   end
   if (...) == PREEMPT and select("#", ...) == 1 and co_status(run.co) == "suspended" then
-    return PREEMPTED, stats_steps, stats_peak, nil
+    return PREEMPTED, stats_steps, stats_peak, wall
   end
   local status = YIELDED
   if co_status(run.co) == "dead" then
     status = DONE
     run.dead = true
   end
-  if select("#", ...) == 0 then return status, stats_steps, stats_peak end  -- most yields
+  if select("#", ...) == 0 then return status, stats_steps, stats_peak, wall end  -- most yields
   local problem = check_values(...)
-  if problem then return BAD_VALUE, stats_steps, stats_peak, problem, status end
-  return status, stats_steps, stats_peak, ...
+  if problem then return BAD_VALUE, stats_steps, stats_peak, wall, problem, status end
+  return status, stats_steps, stats_peak, wall, ...
 end
 
 function host.set_budget(steps, wall_s, total_limit, preempt, alloc_bytes, max_memory)
@@ -1248,9 +1250,10 @@ function host.set_budget(steps, wall_s, total_limit, preempt, alloc_bytes, max_m
   host_call_max_kb = max_memory / 1024 - HOST_CALL_MARGIN_KB
 end
 
--- Resumes run `id` with a fresh budget. Returns the status, steps used, peak heap bytes,
--- then for done/yielded the values, for the other statuses the error info (a table, or a
--- message for bad_value).
+-- Resumes run `id` with a fresh budget; `start` is the host's clock reading as it began.
+-- Returns the status, steps used, peak heap bytes, the resume's wall time (on the meter's
+-- clock: the host needs no second reading), then for done/yielded the values, for the
+-- other statuses the error info (a table, or a message for bad_value).
 function host.resume(id, start, growth_limited, ...)
   local run = runs[id]
   if not run or run.dead then return CLOSED end
