@@ -482,16 +482,20 @@ class Run:
         if sb._current_limit != limit:
             sb._rt.set_max_memory(limit, True)
             sb._current_limit = limit
-        first = len(self.reports)
+        reports = self.reports
+        first = len(reports)
         sb._running = self
-        start = sb._clock()
+        # Callables held in slots are read, then called: a call straight on the attribute
+        # takes CPython's generic method lookup every time.
+        clock, lua_resume = sb._clock, sb._h_resume
+        start = clock()
         sb._start = start
         sb._deadline = start + sb._wall_s_limit
         try:
             if args:
-                res = sb._h_resume(self._id, start, growth_limited, *args)
+                res = lua_resume(self._id, start, growth_limited, *args)
             else:
-                res = sb._h_resume(self._id, start, growth_limited)
+                res = lua_resume(self._id, start, growth_limited)
         except lua.LuaMemoryError:
             res = None
         except lua.LuaError as exc:
@@ -516,7 +520,6 @@ class Run:
             if peak > self._peak:
                 self._peak = peak
             self.status = "yielded"
-            reports = self.reports
             return _tuple_new(Outcome, ("yielded", values, None,
                                         tuple(reports[first:]) if len(reports) > first else (),
                                         _tuple_new(Stats, (steps, peak, wall))))
