@@ -1192,16 +1192,27 @@ end
 -- cross to Python without an allocation (the host's _sandbox.py has the same table).
 local YIELDED, DONE, PREEMPTED, BUDGET, FAILED, BAD_VALUE, CLOSED = 1, 2, 3, 4, 5, 6, 7
 
-local function finish_resume(run, ok, ...)
+-- The bookkeeping around a resume lives in begin and settle, small functions that take no
+-- varargs and call no coroutine function: the JIT compiles each of them, where host.resume
+-- and finish_resume stay interpreted (coroutine.resume cannot be compiled). The heap is
+-- read by their callers: a library call inside them would split their traces.
+
+-- Accounts a resume that just ended, with the heap (KiB) at its end; returns its wall time.
+local function settle(run, ok, kb)
   local wall = now() - m_start
   m_active = false
   if not ok then run.dead = true end  -- a coroutine that raised is dead
   account()
   m_run_co = nil
-  local kb = collectgarbage("count")
   if kb > m_peak_kb then m_peak_kb = kb end
   if m_used < 0 then m_used = 0 end
   run.total = run.total + m_used
+  return wall
+end
+
+local function finish_resume(run, ok, ...)
+  local kb = collectgarbage("count")
+  local wall = settle(run, ok, kb)
   local stats_steps, stats_peak = m_used, m_peak_kb * 1024
   if not ok and not tripped and is_memory_error((...)) then
     tripped = true
@@ -1250,22 +1261,19 @@ function host.set_budget(steps, wall_s, total_limit, preempt, alloc_bytes, max_m
   host_call_max_kb = max_memory / 1024 - HOST_CALL_MARGIN_KB
 end
 
--- Resumes run `id` with a fresh budget; `start` is the host's clock reading as it began.
--- Returns the status, steps used, peak heap bytes, the resume's wall time (on the meter's
--- clock: the host needs no second reading), then for done/yielded the values, for the
--- other statuses the error info (a table, or a message for bad_value).
-function host.resume(id, start, growth_limited, ...)
-  local run = runs[id]
-  if not run or run.dead then return CLOSED end
-  tripped = false
-  t_kind, t_chunk, t_line = nil, nil, nil
+-- Sets the meter up for a resume of `run` that starts at `start`, with the heap at `kb`.
+local function begin(run, start, growth_limited, kb)
+  if tripped then
+    tripped = false
+    t_kind, t_chunk, t_line = nil, nil, nil
+  end
   c_depth = 0
   m_used = 0
   m_total_base = run.total
   m_run_co = run.co
-  m_peak_kb = collectgarbage("count")
-  m_start_kb = m_peak_kb
-  m_alloc_kb = m_peak_kb + b_alloc_bytes / 1024
+  m_peak_kb = kb
+  m_start_kb = kb
+  m_alloc_kb = kb + b_alloc_bytes / 1024
   m_growth_limited = growth_limited
   -- A host call is refused within the margin of the limit the allocator holds this resume
   -- to: the growth allowance when it is the tighter one, else the heap cap.
@@ -1281,6 +1289,16 @@ function host.resume(id, start, growth_limited, ...)
   refill()
   if hook_pending then restore_hook() end  -- a resume that ended inside the prelude
   m_active = true
+end
+
+-- Resumes run `id` with a fresh budget; `start` is the host's clock reading as it began.
+-- Returns the status, steps used, peak heap bytes, the resume's wall time (on the meter's
+-- clock: the host needs no second reading), then for done/yielded the values, for the
+-- other statuses the error info (a table, or a message for bad_value).
+function host.resume(id, start, growth_limited, ...)
+  local run = runs[id]
+  if not run or run.dead then return CLOSED end
+  begin(run, start, growth_limited, collectgarbage("count"))
   return finish_resume(run, co_resume(run.co, ...))
 end
 
