@@ -504,17 +504,24 @@ class Run:
         finally:
             sb._running = None
         self.resumes += 1
-        if type(res) is tuple and res[0] == _YIELDED:
-            if len(res) == 4:
+        if type(res) is tuple:
+            if len(res) == 3:
+                # A yield of nothing, the commonest answer: the prelude sends the figures
+                # alone, in the order of Stats, which is made of them as they are.
+                steps, peak, wall = res
+                stats = _tuple_new(Stats, res)
                 values: tuple[Any, ...] = ()
-            else:
+            elif res[0] == _YIELDED:
                 values = res[4:]
                 for v in values:  # numbers, booleans, nils cross as they are: no copy
                     kind = type(v)
                     if not (kind is float or v is None or kind is bool or (
                             kind is int and _MIN_EXACT_INT <= v <= _MAX_EXACT_INT)):
                         return self._ended(res, first, start, growth_limited)
-            steps, peak, wall = res[1], res[2], res[3]
+                steps, peak, wall = res[1], res[2], res[3]
+                stats = _tuple_new(Stats, (steps, peak, wall))
+            else:
+                return self._ended(res, first, start, growth_limited)
             self._wall_s += wall
             self._steps += steps
             if peak > self._peak:
@@ -522,7 +529,7 @@ class Run:
             self.status = "yielded"
             return _tuple_new(Outcome, ("yielded", values, None,
                                         tuple(reports[first:]) if len(reports) > first else (),
-                                        _tuple_new(Stats, (steps, peak, wall))))
+                                        stats))
         return self._ended(res, first, start, growth_limited)
 
     def _resume(self, args: tuple[Any, ...], budget: Budget | None) -> Outcome:
@@ -580,6 +587,8 @@ class Run:
         finally:
             sb._running = None
         self.resumes += 1
+        if type(res) is tuple and len(res) == 3:  # a yield of nothing (see resume)
+            res = (_YIELDED, *res)
         if type(res) is tuple and res[0] == _YIELDED:
             steps, peak, wall = res[1], res[2], res[3]
             self._wall_s += wall

@@ -1249,7 +1249,11 @@ local function finish_resume(run, ok, ...)
     status = DONE
     run.dead = true
   end
-  if select("#", ...) == 0 then return status, stats_steps, stats_peak, wall end  -- most yields
+  if select("#", ...) == 0 then
+    -- Most resumes: a yield of nothing answers with the figures alone (no status first).
+    if status == YIELDED then return stats_steps, stats_peak, wall end
+    return status, stats_steps, stats_peak, wall
+  end
   local problem = check_values(...)
   if problem then return BAD_VALUE, stats_steps, stats_peak, wall, problem, status end
   return status, stats_steps, stats_peak, wall, ...
@@ -1294,7 +1298,8 @@ end
 -- Resumes run `id` with a fresh budget; `start` is the host's clock reading as it began.
 -- Returns the status, steps used, peak heap bytes, the resume's wall time (on the meter's
 -- clock: the host needs no second reading), then for done/yielded the values, for the
--- other statuses the error info (a table, or a message for bad_value).
+-- other statuses the error info (a table, or a message for bad_value). A yield of no
+-- values, the commonest end, returns the three figures alone, without the status.
 function host.resume(id, start, growth_limited, ...)
   local run = runs[id]
   if not run or run.dead then return CLOSED end
