@@ -1231,7 +1231,8 @@ local YIELDED, DONE, PREEMPTED, BUDGET, FAILED, BAD_VALUE, CLOSED = 1, 2, 3, 4, 
 -- and finish_resume stay interpreted (coroutine.resume cannot be compiled). The heap is
 -- read by their callers: a library call inside them would split their traces.
 
--- Accounts a resume that just ended, with the heap (KiB) at its end; returns its wall time.
+-- Accounts a resume that just ended, with the heap (KiB) at its end; returns its wall time
+-- and whether it ended plainly (no error, no trip, within its allowance).
 local function settle(run, ok, kb)
   local wall = now() - m_start
   m_active = false
@@ -1241,13 +1242,20 @@ local function settle(run, ok, kb)
   if kb > m_peak_kb then m_peak_kb = kb end
   if m_used < 0 then m_used = 0 end
   run.total = run.total + m_used
-  return wall
+  return wall, ok and not tripped and kb <= m_alloc_kb
 end
 
 local function finish_resume(run, ok, ...)
   local kb = collectgarbage("count")
-  local wall = settle(run, ok, kb)
+  local wall, plain = settle(run, ok, kb)
   local stats_steps, stats_peak = m_used, m_peak_kb * 1024
+  if plain and select("#", ...) == 0 then
+    -- Most resumes: nothing yielded or returned. A yield of nothing answers with the
+    -- figures alone (no status first).
+    if co_status(run.co) == "suspended" then return stats_steps, stats_peak, wall end
+    run.dead = true
+    return DONE, stats_steps, stats_peak, wall
+  end
   if not ok and not tripped and is_memory_error((...)) then
     tripped = true
     t_kind, t_limit, t_used = "memory", memory_trip_figures()
@@ -1282,11 +1290,6 @@ local function finish_resume(run, ok, ...)
   if co_status(run.co) == "dead" then
     status = DONE
     run.dead = true
-  end
-  if select("#", ...) == 0 then
-    -- Most resumes: a yield of nothing answers with the figures alone (no status first).
-    if status == YIELDED then return stats_steps, stats_peak, wall end
-    return status, stats_steps, stats_peak, wall
   end
   local problem = check_values(...)
   if problem then return BAD_VALUE, stats_steps, stats_peak, wall, problem, status end
