@@ -18,7 +18,7 @@
 
 local env, wrapped_names, max_entries = ...
 local next, type, tostring, rawget = next, type, tostring, rawget
-local d_getmetatable = debug.getmetatable
+local d_getmetatable = package.loaded.debug.getmetatable  -- the prelude takes `debug` off _G
 local ffi = package.loaded.ffi
 
 local forbidden = {}

@@ -6,7 +6,7 @@ JIT compiles it along with the loop:
 
     N[0]=N[0]-1 if N[0]<0 then S()end
 
-``N`` is a one-slot FFI ``double`` array (the step window) and ``S`` the meter's slow path;
+``N`` is a one-slot FFI ``int32_t`` array (the step window) and ``S`` the meter's slow path;
 both are parameters of a wrapper function around the mod's chunk, named with a per-sandbox
 random suffix, so no mod code can name them (``__mb``-prefixed names are refused outright).
 

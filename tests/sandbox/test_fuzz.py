@@ -145,7 +145,7 @@ def test_the_walk_finds_host_capabilities_planted_in_reach(checker):
         sb._env[b"nested"] = sb._rt.table_from({b"deeper": real[b"string"]})
         sb._env[b"pyobj"] = object()
         sb._rt.execute(
-            b"local env = ... setmetatable(env.nested, {__index = debug})", sb._env
+            b"local env = ... setmetatable(env.nested, {__index = package.loaded.debug})", sb._env
         )
         details = " | ".join(v.detail for v in checker.reachable(sb))
     finally:

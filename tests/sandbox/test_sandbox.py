@@ -231,6 +231,31 @@ def test_every_kind_of_resume_keeps_the_same_accounts(make_sandbox, budget):
         assert run.resume("stop").status == "done"
 
 
+class _Costly:
+    """A host function that charges far more steps than the meter's cell can hold."""
+
+    name = "costly"
+
+    def __init__(self, cost):
+        self.cost = cost
+
+    def __call__(self, call, args):
+        return ()
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_charges_past_the_cells_range_are_accounted_exactly(jit):
+    with Sandbox(Budget(steps=10**13), jit=jit, host_functions=[_Costly(2**40)]) as sb:
+        ok = sb.run("for i = 1, 5 do costly() end")
+        assert ok.status == "done"
+        assert 5 * 2**40 <= ok.stats.steps < 5 * 2**40 + 10_000
+        over = sb.run("for i = 1, 10 do costly() end")
+        assert over.budget == "steps"
+        assert over.error.used >= 10**13
+    with Sandbox(jit=jit, host_functions=[_Costly(-5)]) as sb:
+        assert sb.run("for i = 1, 3 do costly() end").stats.steps < 100  # charges nothing
+
+
 def test_finish_resumes_until_done_and_sums(make_sandbox):
     sb = make_sandbox()
     run = sb.start("for i = 1, 3 do report(i) coroutine.yield() end return 'end'")
@@ -351,6 +376,16 @@ def test_jit_mode_keeps_the_jit_on_and_hook_mode_turns_it_off():
     with Sandbox() as on, Sandbox(jit=False) as off:
         assert on._rt.eval("jit.status()")[0] is True
         assert off._rt.eval("jit.status()")[0] is False
+
+
+def test_the_runtime_keeps_no_debug_global_for_the_host_calls_to_look_up():
+    # lupa looks up debug.traceback as the error handler of every call from the host: with
+    # no `debug` global, each resume skips that work. Host-side errors still arrive.
+    with Sandbox() as sb:
+        assert sb._rt.globals()[b"debug"] is None
+        assert sb.run("return 1").values == (1,)
+        with pytest.raises(Exception, match="boom"):
+            sb._rt.execute("error('boom')")
 
 
 def test_sandboxes_share_nothing():
