@@ -435,28 +435,15 @@ class WorkerProcess:
             if self._down:
                 raise WorkerLost("crashed", "the worker is down (revive it first)")
             generation = self.generation
-            writer, reader = self._writer, self._reader
+            writer = self._writer
             data = writer.frame(value)  # what cannot cross fails here, before anything is sent
             if notes:
                 data = b"".join([*(writer.frame(note) for note in notes), data])
             try:
                 self._send_packed(data, deadline if watch is None else watch.deadline)
                 while True:
-                    # The hot loop of every request and of every call a worker makes: what
-                    # receive() does, inline.
                     due = deadline if watch is None else watch.deadline
-                    if self._pipes.read_fd < 0:
-                        raise self._lost("crashed")
-                    try:
-                        reply = reader.read(due)
-                    except FrameTimeout:
-                        raise self._lost("time") from None
-                    except FrameCorrupt as exc:
-                        raise self.violation(str(exc)) from None
-                    except (FrameError, OSError):
-                        raise self._lost("crashed") from None
-                    if type(reply) is not list or not reply or type(reply[0]) is not str:
-                        raise self.violation(f"a frame that is no message: {str(reply)[:80]}")
+                    reply = self.receive(due)
                     kind = reply[0]
                     if kind == "call":
                         if len(reply) != 3 or type(reply[1]) is not str \
