@@ -162,3 +162,27 @@ def test_a_submit_refused_for_room_takes_no_id_and_counts_nothing():
     world.submit("spawn", {"prefab": "cube", "name": "h2"}, None)
     assert len(world.pending) == 3
     assert world._pending_by_mod == {"x": 1, None: 2}
+
+
+def test_commands_and_results_are_the_frozen_dataclasses_they_were():
+    import dataclasses
+
+    import pytest
+
+    from moonbox.world import Command, CommandResult
+
+    c = Command(3, "m", "change", None)
+    assert (c.id, c.mod, c.kind, c.args) == (3, "m", "change", None)
+    assert c == Command(3, "m", "change", None) and hash(c) == hash(Command(3, "m", "change", None))
+    assert dataclasses.replace(c, id=4).id == 4
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.id = 5  # type: ignore[misc]
+    r = CommandResult(1, None, "spawn", "refused", "not_found")
+    assert (r.message, r.names, r.reason, r.applied) == ("", (), "not_found", False)
+    assert r == CommandResult(1, None, "spawn", "refused", reason="not_found", message="",
+                              names=())
+    assert [f.name for f in dataclasses.fields(CommandResult)] == [
+        "id", "mod", "kind", "status", "reason", "message", "names"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.status = "applied"  # type: ignore[misc]
+    assert not hasattr(r, "__dict__")
