@@ -87,9 +87,12 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
 
     def change(call: HostCall, args: ChangeArgs) -> int:
         """Queue a change of the given fields of an entity you own; returns the command id."""
-        # submit() written out: the commonest write of all, and a frame costs.
+        # submit() and _mod_of() written out: the commonest write of all, and a frame costs.
+        mod_id = getattr(call.mod, "mod_id", None)
+        if not isinstance(mod_id, str):
+            _mod_of(call)  # raises
         try:
-            return get_world().submit("change", args, _mod_of(call)).id
+            return get_world().submit("change", args, mod_id).id
         except WorldError as exc:
             raise BindingError(f"{exc} [{exc.code}]", reason=exc.code) from None
 
