@@ -9,13 +9,15 @@ names), the same entities and the same content hash.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from moonbox.world import World
+from moonbox.world import Command, CommandResult, World, WorldError
 from moonbox.world._world import _PLACEMENT
 
 # Owned by mod a, by mod b, by the host; "gone" never exists.
@@ -151,12 +153,9 @@ def test_a_submit_refused_for_room_takes_no_id_and_counts_nothing():
     world = World(max_pending=3, max_pending_per_mod=1)
     first = world.submit("spawn", {"prefab": "cube", "name": "p"}, "x")
     for mod in ("x", "x"):
-        try:
+        with pytest.raises(WorldError) as exc:
             world.submit("spawn", {"prefab": "cube", "name": "q"}, mod)
-        except Exception as exc:  # noqa: BLE001 - the code is checked below
-            assert getattr(exc, "code", None) == "queue_full"
-        else:
-            raise AssertionError("the second command of mod x was queued")
+        assert exc.value.code == "queue_full"
     assert world.next_command_id == first.id + 1
     world.submit("spawn", {"prefab": "cube", "name": "h1"}, None)  # the host: no per-mod cap
     world.submit("spawn", {"prefab": "cube", "name": "h2"}, None)
@@ -165,12 +164,6 @@ def test_a_submit_refused_for_room_takes_no_id_and_counts_nothing():
 
 
 def test_commands_and_results_are_the_frozen_dataclasses_they_were():
-    import dataclasses
-
-    import pytest
-
-    from moonbox.world import Command, CommandResult
-
     c = Command(3, "m", "change", None)
     assert (c.id, c.mod, c.kind, c.args) == (3, "m", "change", None)
     assert c == Command(3, "m", "change", None) and hash(c) == hash(Command(3, "m", "change", None))
