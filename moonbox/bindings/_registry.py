@@ -405,7 +405,13 @@ class _ModFunction:
                 result = binding.fn(call, *binding.values(args))
             else:
                 result = binding.fn(call, binding.validate(args))
-            return binding.results(result)
+            # binding.results, written out for the bindings with no result model: this
+            # runs on every binding call that no lane took.
+            if self._has_result:
+                return binding.results(result)
+            if result is None:
+                return ()
+            return result if type(result) is tuple else (result,)
         model = binding.validate(args)
         if self._ask:
             api._ask(binding, model, call)

@@ -60,6 +60,8 @@ _DONE, _WAIT, _FAILED, _MISSING = 0, 1, 2, 3
 _DONE_ONLY = ()  # what the dispatcher yields when a handler returned normally
 _DONE_PLAIN = (_DONE, None, None)  # the same, as the codes read it
 MAX_WAIT_TICKS = 1_000_000  # wait(ticks): 1..MAX_WAIT_TICKS
+# Results whose entities become world:spawned / world:destroyed events.
+_ANNOUNCED = frozenset({"spawn", "spawn_batch", "grid", "destroy", "transaction"})
 
 _MOD_ID = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 _POSITION = re.compile(r"^(.*?):(\d+): (.*)$", re.DOTALL)
@@ -874,17 +876,20 @@ class Game:
 
     def _route(self, results: list[CommandResult]) -> None:
         t = self._tick
+        mods = self._mods
         for result in results:
-            mod = self._mods.get(result.mod) if result.mod is not None else None
+            # One result per command of the tick: the status read as it is (the `applied`
+            # property would cost a call each).
+            applied = result.status == "applied"
+            mod = mods.get(result.mod) if result.mod is not None else None
             if mod is not None:
-                if result.applied:
+                if applied:
                     mod.stats.commands_applied += 1
                 else:
                     mod.stats.commands_refused += 1
                     if "world:refused" in mod.by_event:
                         self._enqueue(mod, Event("world:refused", result.to_dict(), None, t))
-            if result.applied and result.kind in ("spawn", "spawn_batch", "grid", "destroy",
-                                                  "transaction"):
+            if applied and result.kind in _ANNOUNCED:
                 name = "world:destroyed" if result.kind == "destroy" else "world:spawned"
                 for entity in result.names:
                     self._outbox.append(Event(name, {"name": entity, "mod": result.mod}, None, t))

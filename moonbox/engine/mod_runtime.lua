@@ -201,37 +201,64 @@ local function start(fn, a, b, c)
   return settle(co, co_resume(co, fn, a, b, c))
 end
 
-local function dispatcher(what, a, b, c)
-  while true do
-    local code, x, y = 3, nil, nil
-    if type(what) == "number" then
-      if what > 0 then
-        local fn = callbacks[what]
-        if fn ~= nil then
-          if once[what] then
-            callbacks[what], once[what] = nil, nil
-          end
-          code, x, y = start(fn, a, b, c)
+-- Everything but the commonest call (below): (code, x, y) for the host.
+local function answer(what, a, b, c)
+  local code, x, y = 3, nil, nil
+  if type(what) == "number" then
+    if what > 0 then
+      local fn = callbacks[what]
+      if fn ~= nil then
+        if once[what] then
+          callbacks[what], once[what] = nil, nil
         end
-      elseif what < 0 then
-        local co = tasks[-what]
-        if co ~= nil then
-          tasks[-what] = nil
-          code, x, y = settle(co, co_resume(co))
-        end
-      else
-        tasks[a] = nil
-        code = 0
+        code, x, y = start(fn, a, b, c)
+      end
+    elseif what < 0 then
+      local co = tasks[-what]
+      if co ~= nil then
+        tasks[-what] = nil
+        code, x, y = settle(co, co_resume(co))
       end
     else
-      local fn = exported[what]
-      if fn ~= nil then
-        code, x, y = start(fn, a)
-        if code == 1 then
-          tasks[x] = nil
-          code, x, y = 2, "an exported function cannot wait", nil
-        end
+      tasks[a] = nil
+      code = 0
+    end
+  else
+    local fn = exported[what]
+    if fn ~= nil then
+      code, x, y = start(fn, a)
+      if code == 1 then
+        tasks[x] = nil
+        code, x, y = 2, "an exported function cannot wait", nil
       end
+    end
+  end
+  return code, x, y
+end
+
+-- The commonest call, a callback with an idle worker to run it, is what start and settle
+-- do written out here: each function entered is a metering check, and this runs on every
+-- handler call.
+local function dispatcher(what, a, b, c)
+  while true do
+    local fn, co = nil, idle
+    if co ~= nil and type(what) == "number" and what > 0 then fn = callbacks[what] end
+    local code, x, y
+    if fn ~= nil then
+      if once[what] then
+        callbacks[what], once[what] = nil, nil
+      end
+      idle = nil
+      local ok
+      ok, x, y = co_resume(co, fn, a, b, c)
+      if ok and x == DONE then
+        idle = co
+        code, x, y = 0, y, nil
+      else
+        code, x, y = settle(co, ok, x, y)
+      end
+    else
+      code, x, y = answer(what, a, b, c)
     end
     if code == 0 and x == nil then
       what, a, b, c = co_yield()  -- the commonest answer, and the cheapest to hand over

@@ -195,6 +195,15 @@ class Command:
     kind: CommandKind
     args: Any
 
+    # One is made for every write of every mod: the slots are set through their
+    # descriptors, which costs about two thirds of the object.__setattr__ calls the
+    # generated __init__ of a frozen class makes. The instance is the same.
+    def __init__(self, id: int, mod: str | None, kind: CommandKind, args: Any) -> None:
+        _command_id(self, id)
+        _command_mod(self, mod)
+        _command_kind(self, kind)
+        _command_args(self, args)
+
 
 @dataclass(frozen=True, slots=True)
 class CommandResult:
@@ -217,6 +226,18 @@ class CommandResult:
     message: str = ""
     names: tuple[str, ...] = ()
 
+    # As Command's: one for every command of every tick.
+    def __init__(self, id: int, mod: str | None, kind: str,
+                 status: Literal["applied", "refused"], reason: str | None = None,
+                 message: str = "", names: tuple[str, ...] = ()) -> None:
+        _result_id(self, id)
+        _result_mod(self, mod)
+        _result_kind(self, kind)
+        _result_status(self, status)
+        _result_reason(self, reason)
+        _result_message(self, message)
+        _result_names(self, names)
+
     @property
     def applied(self) -> bool:
         return self.status == "applied"
@@ -227,3 +248,10 @@ class CommandResult:
             "id": self.id, "mod": self.mod, "command": self.kind, "status": self.status,
             "reason": self.reason, "message": self.message, "names": list(self.names),
         }
+
+
+_command_id, _command_mod, _command_kind, _command_args = (
+    Command.__dict__[name].__set__ for name in ("id", "mod", "kind", "args"))
+(_result_id, _result_mod, _result_kind, _result_status, _result_reason, _result_message,
+ _result_names) = (CommandResult.__dict__[name].__set__ for name in (
+    "id", "mod", "kind", "status", "reason", "message", "names"))
