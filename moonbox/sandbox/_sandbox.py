@@ -122,8 +122,8 @@ def _from_pairs(flat: Any) -> Any:
 
 
 def _values(res: tuple[Any, ...]) -> tuple[Any, ...]:
-    # Values from the 5th on, checked in Lua already: scalars as they are, the rest copied.
-    return tuple([v if v is None or type(v) in _SCALARS else to_python(v) for v in res[4:]])
+    # Values from the 4th on, checked in Lua already: scalars as they are, the rest copied.
+    return tuple([v if v is None or type(v) in _SCALARS else to_python(v) for v in res[3:]])
 
 # Room above the heap cap for the host's own work between resumes (copying results out,
 # building error descriptions), so that work never meets an out-of-memory error.
@@ -503,25 +503,24 @@ class Run:
             raise HostError(f"moonbox failed while resuming {self.chunk.name}: {exc}") from exc
         finally:
             sb._running = None
+        wall = clock() - start
         self.resumes += 1
         if type(res) is tuple:
-            if len(res) == 3:
-                # A yield of nothing, the commonest answer: the prelude sends the figures
-                # alone, in the order of Stats, which is made of them as they are.
-                steps, peak, wall = res
-                stats = _tuple_new(Stats, res)
+            if len(res) == 2:
+                # A yield of nothing, the commonest answer: the prelude sends the two
+                # figures alone.
+                steps, peak = res
                 values: tuple[Any, ...] = ()
             elif res[0] == _YIELDED:
-                values = res[4:]
+                values = res[3:]
                 for v in values:  # numbers, booleans, nils cross as they are: no copy
                     kind = type(v)
                     if not (kind is float or v is None or kind is bool or (
                             kind is int and _MIN_EXACT_INT <= v <= _MAX_EXACT_INT)):
-                        return self._ended(res, first, start, growth_limited)
-                steps, peak, wall = res[1], res[2], res[3]
-                stats = _tuple_new(Stats, (steps, peak, wall))
+                        return self._ended(res, first, wall, growth_limited)
+                steps, peak = res[1], res[2]
             else:
-                return self._ended(res, first, start, growth_limited)
+                return self._ended(res, first, wall, growth_limited)
             self._wall_s += wall
             self._steps += steps
             if peak > self._peak:
@@ -529,8 +528,8 @@ class Run:
             self.status = "yielded"
             return _tuple_new(Outcome, ("yielded", values, None,
                                         tuple(reports[first:]) if len(reports) > first else (),
-                                        stats))
-        return self._ended(res, first, start, growth_limited)
+                                        _tuple_new(Stats, (steps, peak, wall))))
+        return self._ended(res, first, wall, growth_limited)
 
     def _resume(self, args: tuple[Any, ...], budget: Budget | None) -> Outcome:
         sb = self.sandbox
@@ -586,20 +585,21 @@ class Run:
             raise HostError(f"moonbox failed while resuming {self.chunk.name}: {exc}") from exc
         finally:
             sb._running = None
+        wall = sb._clock() - start
         self.resumes += 1
-        if type(res) is tuple and len(res) == 3:  # a yield of nothing (see resume)
+        if type(res) is tuple and len(res) == 2:  # a yield of nothing (see resume)
             res = (_YIELDED, *res)
         if type(res) is tuple and res[0] == _YIELDED:
-            steps, peak, wall = res[1], res[2], res[3]
+            steps, peak = res[1], res[2]
             self._wall_s += wall
             self._steps += steps
             if peak > self._peak:
                 self._peak = peak
             self.status = "yielded"
-            if len(res) == 4:
+            if len(res) == 3:
                 values: tuple[Any, ...] = ()
-            elif _all_scalar(res, 4):
-                values = res[4:]  # numbers, booleans, nils: nothing to copy
+            elif _all_scalar(res, 3):
+                values = res[3:]  # numbers, booleans, nils: nothing to copy
             else:
                 sb._loosen()  # copying tables out takes references in Lua
                 values = _values(res)
@@ -608,16 +608,13 @@ class Run:
             # tuple.__new__ skips the NamedTuple constructors.
             return _tuple_new(Outcome, ("yielded", values, None, new,
                                         _tuple_new(Stats, (steps, peak, wall))))
-        return self._ended(res, first, start, growth_limited)
+        return self._ended(res, first, wall, growth_limited)
 
-    def _ended(self, res: Any, first: int, start: float, growth_limited: bool) -> Outcome:
+    def _ended(self, res: Any, first: int, wall: float, growth_limited: bool) -> Outcome:
         # Any outcome but a plain yield: values to copy, an error, a trip, the end. The
         # budget is the one the resume ran under (sent to Lua before it).
         sb = self.sandbox
         budget = sb._lua_budget
-        # The prelude measured the resume's wall time; without its answer (out of memory in
-        # its own code, or no such run), the host does, on the same clock.
-        wall = res[3] if type(res) is tuple else sb._clock() - start
         self._wall_s += wall
         outcome = sb._outcome(self, res, first, wall,
                               budget.alloc_bytes if growth_limited else budget.max_memory)
@@ -1080,15 +1077,15 @@ class Sandbox:
         status = res[0]
         stats = Stats(int(res[1]), int(res[2]), wall)
         if status == _YIELDED or status == _DONE:
-            values = () if len(res) == 4 else _values(res)
+            values = () if len(res) == 3 else _values(res)
             return Outcome("done" if status == _DONE else "yielded", values, None, reports, stats)
         if status == _PREEMPTED:
             return Outcome("preempted", (), None, reports, stats)
         if status == _BAD_VALUE:
-            what = "returned" if res[5] == _DONE else "yielded"
-            msg = _text(res[4]).replace("value", f"the {what} value", 1)
+            what = "returned" if res[4] == _DONE else "yielded"
+            msg = _text(res[3]).replace("value", f"the {what} value", 1)
             return Outcome("error", (), ScriptError(msg, chunk=run.chunk.name), reports, stats)
-        info = res[4]
+        info = res[3]
         frames = self._frames(info[b"traceback"])
         if status == _BUDGET:
             err = self._budget_error(info, frames, run.chunk.name)
