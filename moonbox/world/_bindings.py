@@ -87,14 +87,7 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
 
     def change(call: HostCall, args: ChangeArgs) -> int:
         """Queue a change of the given fields of an entity you own; returns the command id."""
-        # submit() and _mod_of() written out: the commonest write of all, and a frame costs.
-        mod_id = getattr(call.mod, "mod_id", None)
-        if not isinstance(mod_id, str):
-            _mod_of(call)  # raises
-        try:
-            return get_world().submit("change", args, mod_id).id
-        except WorldError as exc:
-            raise BindingError(f"{exc} [{exc.code}]", reason=exc.code) from None
+        return submit(call, "change", args)
 
     def set_color(call: HostCall, args: SetColorArgs) -> int:
         """Queue a color change (r, g, b, a in 0..1); returns the command id."""

@@ -254,16 +254,12 @@ class World:
             return command
         command = Command(self._next_command, mod, kind, model)
         self._next_command += 1
-        if tx is not None:
-            if len(tx) >= MAX_TRANSACTION:
-                del self._transactions[mod]
-                raise WorldError(
-                    f"a transaction holds at most {MAX_TRANSACTION} commands; it was rolled "
-                    "back: commit in smaller parts", code="transaction")
-            tx.append(command)
-        else:
-            self._pending.append(command)
-            self._pending_by_mod[mod] = self._pending_by_mod.get(mod, 0) + 1
+        if len(tx) >= MAX_TRANSACTION:
+            del self._transactions[mod]
+            raise WorldError(
+                f"a transaction holds at most {MAX_TRANSACTION} commands; it was rolled "
+                "back: commit in smaller parts", code="transaction")
+        tx.append(command)
         return command
 
     def _check_room(self, mod: str | None, n: int) -> None:

@@ -168,6 +168,8 @@ def test_commands_and_results_are_the_frozen_dataclasses_they_were():
     assert (c.id, c.mod, c.kind, c.args) == (3, "m", "change", None)
     assert c == Command(3, "m", "change", None) and hash(c) == hash(Command(3, "m", "change", None))
     assert dataclasses.replace(c, id=4).id == 4
+    # Both set their fields in a hand-written __init__: a new field must be added there too.
+    assert [f.name for f in dataclasses.fields(Command)] == ["id", "mod", "kind", "args"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.id = 5  # type: ignore[misc]
     r = CommandResult(1, None, "spawn", "refused", "not_found")
