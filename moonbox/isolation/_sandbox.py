@@ -234,9 +234,8 @@ class IsolatedRun(_Reports):
     def _open(self) -> bool:
         """Resumable: not finished, and its sandbox still lives in the worker that holds it."""
         sb = self.sandbox
-        worker = sb._worker
         return (self.status not in _FINISHED and not sb._closed and sb._made == self._made
-                and sb._generation == worker.generation and not worker._down)
+                and not sb.lost)
 
     @property
     def stats(self) -> Stats:
@@ -253,8 +252,7 @@ class IsolatedRun(_Reports):
         if self.status in _FINISHED:
             raise SandboxClosed(f"the run of {self.chunk.name} is finished ({self.status})")
         sb._check_open()
-        worker = sb._worker
-        if sb._made != self._made or sb._generation != worker.generation or worker._down:
+        if sb._made != self._made or sb.lost:
             self.status = "error"
             raise SandboxClosed(f"the run of {self.chunk.name} was lost with its worker; "
                                 "start it again")
