@@ -161,8 +161,9 @@ class Game:
         budget: the budget of each call of a mod (:data:`DEFAULT_BUDGET`).
         limits: per-mod limits and quarantine thresholds (:class:`ModLimits`).
         seed: deterministic mode: each mod's ``math.random`` is seeded from this seed and
-            the mod's id, so the same seed, mods and inputs replay to the same world.
-            ``None``: seeded from the OS.
+            the mod's id, and ``pairs`` visits keys in a fixed order (see the sandbox's
+            ``deterministic``), so the same seed, mods and inputs replay to the same world.
+            ``None``: seeded from the OS, and ``pairs`` in the runtime's own order.
         permissions: the default permissions of a mod (mode ``auto``).
         jit: as :class:`~moonbox.sandbox.Sandbox`.
         isolation: ``none`` (default): each mod in a runtime of this process. ``process``:
@@ -331,9 +332,10 @@ class Game:
                 sandbox = IsolatedSandbox(budget, jit=self.jit, host_functions=api.host_functions,
                                           pool=self.pool, mod_id=mod_id, state_global=None,
                                           wall_margin_s=self.wall_margin_s,
-                                          respawn="next_call")
+                                          respawn="next_call",
+                                          deterministic=self.seed is not None)
             else:
-                sandbox = api.sandbox(budget, jit=self.jit)
+                sandbox = api.sandbox(budget, jit=self.jit, deterministic=self.seed is not None)
         except BaseException:
             api.close()
             raise

@@ -61,3 +61,38 @@ def test_random_is_per_mod(make_game):
         game.load_mod(name, 'on("tick", function() report(tostring(math.random(1, 1e9))) end)')
     a, b = [line for _, line in game.tick().reports]
     assert a != b
+
+
+# pairs over string keys follows each runtime's string hash seed, which differs between
+# runtimes: a mod acting in that order would replay differently without the fixed order.
+PAIRS_ORDER = """
+local t = {}
+for i = 1, 20 do t["k" .. i] = i end
+on("tick", function()
+  local order = {}
+  for k in pairs(t) do order[#order + 1] = k end
+  coreai_world_spawn{prefab = "cube", name = table.concat(order, ","):sub(1, 60)}
+end)
+"""
+
+
+def _pairs_world(**options) -> tuple[str, str]:
+    with Game(**options) as game:
+        game.load_mod("m", PAIRS_ORDER)
+        game.tick()
+        game.tick()
+        [name] = game.world.find("k")
+        return name, game.world.content_hash()
+
+
+def test_pairs_order_replays():
+    runs = {_pairs_world(seed=5) for _ in range(4)}
+    assert len(runs) == 1
+    [(name, _)] = runs
+    assert name.startswith("k1,k10,k11,")  # strings sorted
+
+
+def test_pairs_order_replays_isolated():
+    runs = {_pairs_world(seed=5, isolation="process", workers=1) for _ in range(3)}
+    assert len(runs) == 1
+    assert runs == {_pairs_world(seed=5)}
