@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -68,11 +69,16 @@ def test_tick_with_no_mods(benchmark: Any) -> None:
 # The floor under any engine with one runtime per mod: raw LuaJIT (no sandbox, no meter,
 # no validation), one runtime per mod, the same handler as "full" behind a coroutine, the
 # world a dict and the two calls bare Python callbacks. What separates it from a single
-# runtime is that every call lands in a runtime the CPU caches no longer hold.
+# runtime is that every call lands in a runtime the CPU caches no longer hold. Its parts
+# are floors of their own: "empty" is the resume alone, "read" adds the read.
+_RAW_HANDLERS = {
+    "empty": "",
+    "read": "local x = pos(me)",
+    "full": "local x = pos(me)\n  if x then change(me, {x = (x + 1) % 100}) end",
+}
 _RAW_MOD = """local pos, change, me = ...
 local function handler(t)
-  local x = pos(me)
-  if x then change(me, {x = (x + 1) % 100}) end
+  %s
 end
 return coroutine.wrap(function()
   while true do handler(coroutine.yield()) end
@@ -80,9 +86,9 @@ end)"""
 
 
 class RawFloor:
-    """``mods`` raw LuaJIT runtimes, each handling ``tick`` as the "full" variant does."""
+    """``mods`` raw LuaJIT runtimes, each handling ``tick`` as ``variant`` does."""
 
-    def __init__(self, mods: int) -> None:
+    def __init__(self, mods: int, variant: str = "full") -> None:
         from moonbox._bench import raw_luajit
 
         self.positions = {f"e-m{i}": 0 for i in range(mods)}
@@ -90,7 +96,8 @@ class RawFloor:
         self.runtimes = [raw_luajit() for _ in range(mods)]
         self.steps = []
         for i, rt in enumerate(self.runtimes):
-            step = rt.execute(_RAW_MOD, self.positions.get, self._change, f"e-m{i}")
+            step = rt.execute(_RAW_MOD % _RAW_HANDLERS[variant], self.positions.get,
+                              self._change, f"e-m{i}")
             step()  # to the first yield
             self.steps.append(step)
 
@@ -107,12 +114,36 @@ class RawFloor:
         return calls
 
 
-def test_raw_floor_of_1000_mods(benchmark: Any) -> None:
+@pytest.mark.parametrize("variant", list(_RAW_HANDLERS))
+def test_raw_floor_of_1000_mods(benchmark: Any, variant: str) -> None:
     """The same tick in raw LuaJIT, one runtime per mod: no engine can beat this."""
     benchmark.group = "one tick of 1,000 mods"
-    floor = RawFloor(1000)
+    floor = RawFloor(1000, variant)
     assert benchmark.pedantic(floor.tick, rounds=5, iterations=1) == 1000
-    assert floor.positions["e-m0"] > 0
+    assert (floor.positions["e-m0"] > 0) == (variant == "full")
+
+
+def _validate_change() -> Callable[[], Any]:
+    """The validation alone of one ``coreai_world_change(me, {x = ...})``'s arguments: the
+    pydantic model every command is checked against before the world queues it."""
+    from moonbox.world._commands import ChangeArgs
+
+    validate = ChangeArgs.__pydantic_validator__.validate_python
+    args = {"name": "e-m1", "fields": {"x": 3}}
+    return lambda: validate(args)
+
+
+def test_validate_one_change(benchmark: Any) -> None:
+    """What validating one command's arguments costs (the floor cannot skip it)."""
+    benchmark.group = "validation"
+    assert benchmark(_validate_change()).name == "e-m1"
+
+
+def _cpu_us_per_call(fn: Callable[[], int], ticks: int) -> float:
+    calls, cpu0 = 0, time.process_time()
+    for _ in range(ticks):
+        calls += fn()
+    return (time.process_time() - cpu0) / calls * 1e6
 
 
 def report(mods: int = 1000, ticks: int = 10) -> None:
@@ -130,13 +161,14 @@ def report(mods: int = 1000, ticks: int = 10) -> None:
             game.close()
         print(f"{variant:6} {mods} mods x {ticks} ticks: {calls / cpu:9,.0f} calls per CPU s "
               f"({cpu / calls * 1e6:5.1f} us/call; wall {calls / wall:9,.0f}/s)")
-    floor = RawFloor(mods)
-    calls, cpu0 = 0, time.process_time()
-    for t in range(ticks):
-        calls += floor.tick(t)
-    cpu = time.process_time() - cpu0
-    print(f"raw LuaJIT floor, {mods} runtimes x {ticks} ticks: {calls / cpu:9,.0f} calls per "
-          f"CPU s ({cpu / calls * 1e6:5.1f} us/call)")
+    for variant in _RAW_HANDLERS:
+        floor = RawFloor(mods, variant)
+        us = _cpu_us_per_call(floor.tick, ticks)
+        print(f"raw LuaJIT floor, {variant:5}, {mods} runtimes x {ticks} ticks: "
+              f"{1e6 / us:9,.0f} calls per CPU s ({us:5.1f} us/call)")
+    validate, n = _validate_change(), 20_000
+    us = _cpu_us_per_call(lambda: validate() and 1, n)
+    print(f"validating one change's arguments: {us:.1f} us")
     with Game() as game:
         n = 20_000
         cpu0 = time.process_time()
