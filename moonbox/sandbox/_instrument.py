@@ -30,6 +30,9 @@ No newline is ever inserted, so every line number a mod sees in an error is its 
 
 from __future__ import annotations
 
+import threading
+from array import array
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from ._tokenizer import Token, TokenKind, tokenize
@@ -117,6 +120,85 @@ def instrument(src: str, *, cell: str, slow: str) -> Instrumented:
     """
     if not (cell.startswith(RESERVED_PREFIX) and slow.startswith(RESERVED_PREFIX)):
         raise ValueError("meter names must use the reserved prefix")
+    src, offsets, weights = _plans.plan(src)
+    parts = [f"return function({cell},{slow},...) "]
+    last = 0
+    for offset, weight in zip(offsets, weights, strict=True):
+        parts.append(src[last:offset])
+        parts.append(check_text(cell, slow, weight))
+        last = offset
+    parts.append(src[last:])
+    parts.append("\nend")
+    return Instrumented("".join(parts), len(offsets))
+
+
+Plan = tuple[str, "array[int]", "array[int]"]
+
+
+class _PlanCache:
+    """The plans of the sources instrumented last, least recently used out first.
+
+    Where the checks go depends on the source alone (each sandbox only names the meter its
+    own way), and finding them is most of instrumenting: a game instruments the engine's
+    runtime chunk for every mod it loads, and a mod again when it is rebuilt or reloaded.
+    What the cache holds is bounded in characters of source and checks, not in entries:
+    sources come from mods too (``load``), and a hostile mod's many large ones must not grow
+    the host.
+    """
+
+    def __init__(self, max_cost: int) -> None:
+        self.max_cost = max_cost
+        self._plans: OrderedDict[str, Plan] = OrderedDict()
+        self._cost = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _cost_of(plan: Plan) -> int:
+        return len(plan[0]) + 16 * len(plan[1])  # a character a unit; a check two int64
+
+    def plan(self, src: str) -> Plan:
+        with self._lock:
+            plan = self._plans.get(src)
+            if plan is not None:
+                self._plans.move_to_end(src)
+                return plan
+        plan = _plan_of(src)
+        cost = len(src) + self._cost_of(plan)
+        if cost <= self.max_cost // 4:  # one source never takes most of the room
+            with self._lock:
+                if src not in self._plans:
+                    self._plans[src] = plan
+                    self._cost += cost
+                    while self._cost > self.max_cost:
+                        old_src, old = self._plans.popitem(last=False)
+                        self._cost -= len(old_src) + self._cost_of(old)
+        return plan
+
+    def clear(self) -> None:
+        with self._lock:
+            self._plans.clear()
+            self._cost = 0
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+    @property
+    def cost(self) -> int:
+        """What the cache holds now, in the units of ``max_cost``."""
+        return self._cost
+
+
+# ~8 MiB of sources and checks at most (the engine's runtime chunk is ~9k characters).
+PLAN_CACHE_MAX_COST = 8 << 20
+_plans = _PlanCache(PLAN_CACHE_MAX_COST)
+
+
+def _plan_of(src: str) -> Plan:
+    """The source without its header line, and where its checks go: their offsets and
+    weights.
+
+    Raises: as :func:`instrument`.
+    """
     src = _strip_header(src)
     tokens = tokenize(src)
     # Each check point opens a region (a function or loop body); each token counts toward
@@ -171,13 +253,7 @@ def instrument(src: str, *, cell: str, slow: str) -> Instrumented:
                 stack.pop()
         prev = tok
         i += 1
-    parts = [f"return function({cell},{slow},...) "]
-    last = 0
-    for offset, region in inserts:
-        weight = 1 if region is None else 1 + region_tokens[region] // TOKENS_PER_STEP
-        parts.append(src[last:offset])
-        parts.append(check_text(cell, slow, weight))
-        last = offset
-    parts.append(src[last:])
-    parts.append("\nend")
-    return Instrumented("".join(parts), len(inserts))
+    offsets = array("q", [offset for offset, _ in inserts])
+    weights = array("q", [1 if region is None else 1 + region_tokens[region] // TOKENS_PER_STEP
+                          for _, region in inserts])
+    return src, offsets, weights

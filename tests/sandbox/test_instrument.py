@@ -22,6 +22,8 @@ from moonbox.sandbox._instrument import (
     RESERVED_PREFIX,
     TOKENS_PER_STEP,
     ReservedNameError,
+    _PlanCache,
+    _plans,
     check_text,
     instrument,
 )
@@ -755,3 +757,49 @@ def test_nested_bodies_are_weighed_apart() -> None:
     src = f"local y = 0 for i = 1, 3 do {loop_body} end return y"
     weights = [int(w) for w in re.findall(r"\[0\]-(\d+) if", instrument(src, cell=CELL, slow=SLOW).source)]
     assert weights == [1 + (5 * 40 + 1) // TOKENS_PER_STEP]  # the loop body alone
+
+
+# -- the plan cache -------------------------------------------------------------------------
+# Where the checks go is kept per source; each sandbox names the meter its own way.
+
+
+def _fresh(src: str, cell: str, slow: str) -> str:
+    _plans.clear()
+    try:
+        return instrument(src, cell=cell, slow=slow).source
+    finally:
+        _plans.clear()
+
+
+@settings(PROPERTY, max_examples=60)
+@given(program=programs(), suffix=st.text("0123456789abcdef", min_size=1, max_size=12))
+def test_a_cached_plan_instruments_as_a_fresh_one(program: Program, suffix: str) -> None:
+    cell, slow = f"__mb_n{suffix}", f"__mb_s{suffix}"
+    first = instrument(program.source, cell=CELL, slow=SLOW)  # planned, or from the cache
+    again = instrument(program.source, cell=cell, slow=slow)  # from the cache
+    assert again.source == _fresh(program.source, cell, slow)
+    assert first.source == _fresh(program.source, CELL, SLOW)
+    assert again.checks == first.checks
+
+
+def test_a_source_that_fails_is_refused_every_time() -> None:
+    src = f"local {RESERVED_PREFIX}x = 1 for i = 1, 3 do end"
+    for _ in range(2):
+        with pytest.raises(ReservedNameError):
+            instrument(src, cell=CELL, slow=SLOW)
+
+
+def test_the_cache_is_bounded_in_size_not_entries() -> None:
+    cache = _PlanCache(max_cost=400_000)
+    loops = "do end " * 2_000  # 14k characters, 2,000 checks: ~60k of cost each
+    for i in range(50):  # a mod loading many large distinct sources
+        plan = cache.plan(f"local v = {i} {loops}")
+        assert len(plan[1]) == 2_000
+        assert cache.cost <= 400_000
+    assert 1 <= len(cache) <= 6
+    huge = "do end " * 10_000  # past a quarter of the room: planned, never kept
+    assert len(cache.plan(huge)[1]) == 10_000
+    assert huge not in cache._plans
+    small = "return 1"
+    assert cache.plan(small) is cache.plan(small)  # kept, and the latest kept
+    assert list(cache._plans)[-1] == small
