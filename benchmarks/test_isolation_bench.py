@@ -26,7 +26,7 @@ import pytest
 import moonbox
 from moonbox import Budget, Registry
 from moonbox.engine import Game
-from moonbox.isolation import IsolatedSandbox
+from moonbox.isolation import IsolatedSandbox, WorkerPool
 from moonbox.world import World, world_bindings
 
 HANDLERS = {
@@ -123,6 +123,109 @@ def test_engine_tick(benchmark: Any, isolation: str, handler: str) -> None:
         game.close()
 
 
+# The floor under any process isolation here: a worker process running a raw LuaJIT
+# function (no sandbox) for each request, a 4-byte length and a msgpack body each way over
+# two blocking pipes, nothing checked. Its round trip less the same call in process is
+# what the pipes, the frames and the two wake-ups cost by themselves.
+_RAW_WORKER = """
+import os, struct, sys, msgpack
+from moonbox._bench import raw_luajit
+rfd, wfd = int(sys.argv[1]), int(sys.argv[2])
+fn = raw_luajit().eval("function(x) return x end")
+packer, head = msgpack.Packer(use_bin_type=True), struct.Struct("<I")
+while True:
+    data = os.read(rfd, 65536)
+    if not data:
+        break
+    request = msgpack.unpackb(data[4:], raw=False)
+    body = packer.pack(["r", fn(request[1])])
+    os.write(wfd, head.pack(len(body)) + body)
+"""
+
+
+class RawPipeFloor:
+    """A raw worker process and the host's side of one request: ``call()`` sends
+    ``["run", 1]`` and reads ``["r", 1]``."""
+
+    def __init__(self) -> None:
+        import os
+        import subprocess
+
+        import msgpack
+
+        to_r, self._to_w = os.pipe()
+        self._from_r, from_w = os.pipe()
+        self._proc = subprocess.Popen([sys.executable, "-c", _RAW_WORKER, str(to_r), str(from_w)],
+                                      pass_fds=(to_r, from_w))
+        os.close(to_r)
+        os.close(from_w)
+        packer, head = msgpack.Packer(use_bin_type=True), _struct_head()
+        unpack, read, write = msgpack.unpackb, os.read, os.write
+        rfd, wfd = self._from_r, self._to_w
+
+        def call() -> Any:
+            body = packer.pack(["run", 1])
+            write(wfd, head.pack(len(body)) + body)
+            return unpack(read(rfd, 65536)[4:], raw=False)[1]
+
+        self.call = call
+        assert call() == 1
+
+    def close(self) -> None:
+        import os
+
+        os.close(self._to_w)
+        self._proc.wait(timeout=10)
+        os.close(self._from_r)
+
+
+def _struct_head() -> Any:
+    import struct
+
+    return struct.Struct("<I")
+
+
+def test_raw_pipe_floor(benchmark: Any) -> None:
+    """One round trip to a raw worker: the floor under any process isolation here."""
+    benchmark.group = "one call of the trivial handler"
+    floor = RawPipeFloor()
+    try:
+        assert benchmark(floor.call) == 1
+    finally:
+        floor.close()
+
+
+def _raw_in_process() -> Callable[[], Any]:
+    from moonbox._bench import raw_luajit
+
+    fn = raw_luajit().eval("function(x) return x end")
+    return lambda: fn(1)
+
+
+def tick_after_crash_ms(spare_workers: int) -> float:
+    """The wall time of the tick after a mod crashed its worker (SIGSEGV), in a game whose
+    other mod runs on the other worker: how long the game stalls for the fresh worker."""
+    with WorkerPool(2, spare_workers=spare_workers, _test_hooks=True) as pool, \
+            Game(seed=1, budget=BUDGET, isolation="process", pool=pool) as game:
+        game.load_mod("good", 'on("tick", function(t) end)')
+        game.load_mod("bad", 'on("tick", function(t) if t == 3 then test_segfault() end end)')
+        time.sleep(1.5)  # a game that has run for a moment: the spare has booted
+        for _ in range(3):
+            game.tick()
+        t0 = time.perf_counter()
+        report = game.tick()
+        elapsed = time.perf_counter() - t0
+        assert not report.failures and report.calls == 2
+        return elapsed * 1e3
+
+
+@pytest.mark.parametrize("spare_workers", [0, 1])
+def test_tick_after_a_crash(benchmark: Any, spare_workers: int) -> None:
+    """The tick after a worker crash: with a spare the fresh worker is already booted."""
+    benchmark.group = "the tick after a crash"
+    assert benchmark.pedantic(tick_after_crash_ms, args=(spare_workers,), rounds=2) > 0
+
+
 def _median_us(fn: Callable[[], Any], seconds: float) -> float:
     for _ in range(200):
         fn()
@@ -162,6 +265,16 @@ def report(seconds: float = 2.0) -> None:
         overhead = (ticks["process"] - ticks["none"]) / ROUND_TRIPS[name]
         print(f"{'engine tick, ' + name:<24}{ticks['none']:>10.1f}us{ticks['process']:>10.1f}us"
               f"{'':>12}{overhead:>14.1f}us")
+    floor = RawPipeFloor()
+    try:
+        isolated = _median_us(floor.call, seconds)
+    finally:
+        floor.close()
+    raw = _median_us(_raw_in_process(), seconds)
+    print(f"{'raw floor (no sandbox)':<24}{raw:>10.1f}us{isolated:>10.1f}us{'':>12}"
+          f"{isolated - raw:>14.1f}us")
+    print(f"the tick after a crash: {tick_after_crash_ms(1):.0f} ms with a spare worker, "
+          f"{tick_after_crash_ms(0):.0f} ms without")
 
 
 if __name__ == "__main__":

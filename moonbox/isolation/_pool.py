@@ -8,7 +8,7 @@ from typing import Any
 
 from .._errors import ConfigError, SandboxClosed
 from ..sandbox import Budget, HostFunction
-from ._process import WorkerProcess, WorkerStats
+from ._process import SpareWorkers, WorkerProcess, WorkerStats
 from ._sandbox import DEFAULT_MEMORY_LIMIT_BYTES, IsolatedSandbox
 
 __all__ = ["WorkerPool"]
@@ -25,20 +25,29 @@ class WorkerPool:
     Args:
         workers: the most worker processes (each started when first needed).
         memory_limit_bytes: each worker's OS address-space limit (0: none).
+        spare_workers: processes kept booted beside the workers, from the first worker's
+            start on: a worker that is lost (or started later) takes one over at once
+            instead of waiting ~0.4 s for a process to start, which would stall every
+            mod's call behind it. Each costs a process's memory (~35 MiB resident). 0:
+            none.
 
     Raises:
-        ConfigError: ``workers`` below 1 or a negative memory limit.
+        ConfigError: ``workers`` below 1, a negative memory limit or spare count.
     """
 
     def __init__(self, workers: int = 2, *, memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES,
-                 _test_hooks: bool = False) -> None:
+                 spare_workers: int = 1, _test_hooks: bool = False) -> None:
         if workers < 1:
             raise ConfigError("a pool needs at least one worker")
         if memory_limit_bytes < 0:
             raise ConfigError("memory_limit_bytes cannot be negative")
+        if spare_workers < 0:
+            raise ConfigError("spare_workers cannot be negative")
         self.max_workers = workers
         self.memory_limit_bytes = memory_limit_bytes
         self._test_hooks = _test_hooks
+        self._spares = SpareWorkers(spare_workers, memory_limit_bytes=memory_limit_bytes,
+                                    test_hooks=_test_hooks) if spare_workers else None
         self._workers: list[WorkerProcess] = []
         self._pins: dict[str, WorkerProcess] = {}
         self._lock = threading.Lock()
@@ -64,7 +73,7 @@ class WorkerPool:
                 raise ConfigError(f"mod {mod_id!r} already has a sandbox in this pool")
             if len(self._workers) < self.max_workers:
                 worker = WorkerProcess(memory_limit_bytes=self.memory_limit_bytes,
-                                       test_hooks=self._test_hooks)
+                                       test_hooks=self._test_hooks, spares=self._spares)
                 self._workers.append(worker)
             else:
                 worker = min(self._workers, key=lambda w: len(w.mods))
@@ -97,7 +106,13 @@ class WorkerPool:
 
     @property
     def pids(self) -> tuple[int, ...]:
+        """The running workers' process ids (spares not included)."""
         return tuple(pid for w in self._workers if (pid := w.pid) is not None)
+
+    @property
+    def spare_pids(self) -> tuple[int, ...]:
+        """The process ids of the spares booted beside the workers."""
+        return () if self._spares is None else self._spares.pids
 
     def close(self) -> None:
         """Stop every worker and reap it. Idempotent; sandboxes of the pool are unusable
@@ -109,6 +124,8 @@ class WorkerPool:
             workers, self._workers = self._workers, []
         for worker in workers:
             worker.close()
+        if self._spares is not None:
+            self._spares.close()
 
     def __enter__(self) -> WorkerPool:
         return self

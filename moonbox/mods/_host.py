@@ -178,8 +178,10 @@ class ModHost:
         if live.pool is None:
             return {}
         if self._dry_pool is None or self._dry_pool.closed:
+            # No spare: a dry run that loses its worker can wait for a fresh one (nothing
+            # else waits on it), and a spare would hold a process's memory all along.
             self._dry_pool = WorkerPool(1, memory_limit_bytes=live.pool.memory_limit_bytes,
-                                        _test_hooks=live.pool._test_hooks)
+                                        spare_workers=0, _test_hooks=live.pool._test_hooks)
         return {"isolation": "process", "pool": self._dry_pool,
                 "wall_margin_s": live.wall_margin_s}
 
