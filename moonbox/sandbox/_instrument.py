@@ -30,6 +30,7 @@ No newline is ever inserted, so every line number a mod sees in an error is its 
 
 from __future__ import annotations
 
+import sys
 import threading
 from array import array
 from collections import OrderedDict
@@ -136,61 +137,91 @@ Plan = tuple[str, "array[int]", "array[int]"]
 
 
 class _PlanCache:
-    """The plans of the sources instrumented last, least recently used out first.
+    """The plans of sources instrumented more than once, least recently used out first.
 
     Where the checks go depends on the source alone (each sandbox only names the meter its
     own way), and finding them is most of instrumenting: a game instruments the engine's
     runtime chunk for every mod it loads, and a mod again when it is rebuilt or reloaded.
-    What the cache holds is bounded in characters of source and checks, not in entries:
-    sources come from mods too (``load``), and a hostile mod's many large ones must not grow
-    the host.
+    Sources are mods' text, so the cache must not become a way to grow the host: a plan is
+    kept only for a source seen before (one-off texts, such as a package's modules wrapped
+    under a one-off name, never take room), and what is kept is bounded in bytes, each
+    entry's own overhead included, and in entries.
+
+    Args:
+        max_bytes: the most memory the kept plans may hold (their sources included).
+        max_entries: the most plans kept.
+        max_seen: how many sources seen once are remembered (by hash only).
     """
 
-    def __init__(self, max_cost: int) -> None:
-        self.max_cost = max_cost
-        self._plans: OrderedDict[str, Plan] = OrderedDict()
-        self._cost = 0
+    ENTRY_BYTES = 512  # a kept plan's own objects: its tuple, arrays, the ordered-dict node
+
+    def __init__(self, max_bytes: int, max_entries: int = 256, max_seen: int = 4096) -> None:
+        self.max_bytes = max_bytes
+        self.max_entries = max_entries
+        self.max_seen = max_seen
+        self._plans: OrderedDict[str, tuple[Plan, int]] = OrderedDict()
+        self._seen: OrderedDict[int, None] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
 
-    @staticmethod
-    def _cost_of(plan: Plan) -> int:
-        return len(plan[0]) + 16 * len(plan[1])  # a character a unit; a check two int64
+    @classmethod
+    def bytes_of(cls, src: str, plan: Plan) -> int:
+        """What keeping ``plan`` for ``src`` holds in memory."""
+        stripped, offsets, weights = plan
+        held = sys.getsizeof(src) + cls.ENTRY_BYTES
+        if stripped is not src:
+            held += sys.getsizeof(stripped)
+        return held + (len(offsets) + len(weights)) * offsets.itemsize
 
     def plan(self, src: str) -> Plan:
+        key = hash(src)
         with self._lock:
-            plan = self._plans.get(src)
-            if plan is not None:
+            kept = self._plans.get(src)
+            if kept is not None:
                 self._plans.move_to_end(src)
-                return plan
+                return kept[0]
+            seen = key in self._seen
+            if seen:
+                del self._seen[key]
+            else:
+                self._seen[key] = None
+                if len(self._seen) > self.max_seen:
+                    self._seen.popitem(last=False)
         plan = _plan_of(src)
-        cost = len(src) + self._cost_of(plan)
-        if cost <= self.max_cost // 4:  # one source never takes most of the room
+        if not seen:
+            return plan
+        held = self.bytes_of(src, plan)
+        if held <= self.max_bytes // 4:  # one source never takes most of the room
             with self._lock:
                 if src not in self._plans:
-                    self._plans[src] = plan
-                    self._cost += cost
-                    while self._cost > self.max_cost:
-                        old_src, old = self._plans.popitem(last=False)
-                        self._cost -= len(old_src) + self._cost_of(old)
+                    self._plans[src] = (plan, held)
+                    self._bytes += held
+                    while self._bytes > self.max_bytes or len(self._plans) > self.max_entries:
+                        _, (_, old) = self._plans.popitem(last=False)
+                        self._bytes -= old
         return plan
 
     def clear(self) -> None:
         with self._lock:
             self._plans.clear()
-            self._cost = 0
+            self._seen.clear()
+            self._bytes = 0
 
     def __len__(self) -> int:
         return len(self._plans)
 
+    def __contains__(self, src: object) -> bool:
+        return src in self._plans
+
     @property
-    def cost(self) -> int:
-        """What the cache holds now, in the units of ``max_cost``."""
-        return self._cost
+    def bytes(self) -> int:
+        """What the kept plans hold now, in bytes."""
+        return self._bytes
 
 
-# ~8 MiB of sources and checks at most (the engine's runtime chunk is ~9k characters).
-PLAN_CACHE_MAX_COST = 8 << 20
-_plans = _PlanCache(PLAN_CACHE_MAX_COST)
+# 8 MiB at most (the engine's runtime chunk is ~9k characters, ~30 KiB kept).
+PLAN_CACHE_MAX_BYTES = 8 << 20
+_plans = _PlanCache(PLAN_CACHE_MAX_BYTES)
 
 
 def _plan_of(src: str) -> Plan:

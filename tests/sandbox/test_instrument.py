@@ -19,9 +19,11 @@ from lupa import luajit21
 
 from moonbox import Budget, HostError, Sandbox, ScriptError
 from moonbox.sandbox._instrument import (
+    PLAN_CACHE_MAX_BYTES,
     RESERVED_PREFIX,
     TOKENS_PER_STEP,
     ReservedNameError,
+    _plan_of,
     _PlanCache,
     _plans,
     check_text,
@@ -776,6 +778,9 @@ def _fresh(src: str, cell: str, slow: str) -> str:
 def test_a_cached_plan_instruments_as_a_fresh_one(program: Program, suffix: str) -> None:
     cell, slow = f"__mb_n{suffix}", f"__mb_s{suffix}"
     first = instrument(program.source, cell=CELL, slow=SLOW)  # planned, or from the cache
+    instrument(program.source, cell=CELL, slow=SLOW)  # seen twice: kept
+    assert program.source in _plans or _PlanCache.bytes_of(program.source, _plan_of(
+        program.source)) > PLAN_CACHE_MAX_BYTES // 4
     again = instrument(program.source, cell=cell, slow=slow)  # from the cache
     assert again.source == _fresh(program.source, cell, slow)
     assert first.source == _fresh(program.source, CELL, SLOW)
@@ -789,17 +794,51 @@ def test_a_source_that_fails_is_refused_every_time() -> None:
             instrument(src, cell=CELL, slow=SLOW)
 
 
-def test_the_cache_is_bounded_in_size_not_entries() -> None:
-    cache = _PlanCache(max_cost=400_000)
-    loops = "do end " * 2_000  # 14k characters, 2,000 checks: ~60k of cost each
-    for i in range(50):  # a mod loading many large distinct sources
-        plan = cache.plan(f"local v = {i} {loops}")
-        assert len(plan[1]) == 2_000
-        assert cache.cost <= 400_000
-    assert 1 <= len(cache) <= 6
+def test_a_source_seen_once_is_not_kept() -> None:
+    cache = _PlanCache(max_bytes=1 << 20)
+    for i in range(100):  # one-off texts (a package's modules under a one-off name)
+        cache.plan(f"local v = {i} for i = 1, 3 do end")
+    assert len(cache) == 0
+    src = "for i = 1, 3 do end return 1"
+    first = cache.plan(src)
+    assert src not in cache
+    assert cache.plan(src) == first and src in cache  # the second sight keeps it
+    assert cache.plan(src) is cache.plan(src)
+
+
+def test_the_cache_is_bounded_in_bytes_and_entries() -> None:
+    cache = _PlanCache(max_bytes=400_000, max_entries=50)
+    loops = "do end " * 2_000  # 14k characters, 2,000 checks: ~46k bytes kept each
+    for i in range(30):  # a mod loading many large distinct sources, each twice
+        for _ in range(2):
+            assert len(cache.plan(f"local v = {i} {loops}")[1]) == 2_000
+        assert cache.bytes <= 400_000
+    assert 1 <= len(cache) <= 8
     huge = "do end " * 10_000  # past a quarter of the room: planned, never kept
-    assert len(cache.plan(huge)[1]) == 10_000
-    assert huge not in cache._plans
-    small = "return 1"
-    assert cache.plan(small) is cache.plan(small)  # kept, and the latest kept
-    assert list(cache._plans)[-1] == small
+    for _ in range(2):
+        assert len(cache.plan(huge)[1]) == 10_000
+    assert huge not in cache
+    for i in range(200):  # many small ones: the entry cap holds
+        for _ in range(2):
+            cache.plan(f"return {i}")
+    assert len(cache) == 50
+
+
+def test_what_the_cache_holds_is_what_it_counts() -> None:
+    """Memory measured, not estimated: tiny distinct sources, each seen twice, cannot make
+    the cache hold more than its bound (each entry's own objects are counted)."""
+    import tracemalloc
+
+    cache = _PlanCache(max_bytes=1 << 20, max_entries=100_000)
+    sources = [f"x={n}" for n in range(20_000)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for src in sources:
+            cache.plan(src)
+            cache.plan(src)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert cache.bytes <= 1 << 20
+    assert held <= 1.25 * (1 << 20) + 600_000  # + the seen-once hashes (4,096 at most)
