@@ -179,7 +179,10 @@ class Game:
             killed (the call gets a ``time`` trip); default 1 s.
         pool: run the mods in this pool's workers instead of the game's own (the game
             does not close it; its mod ids must be free in it). ``workers`` and
-            ``worker_memory_bytes`` are the pool's own then.
+            ``worker_memory_bytes`` are the pool's own then. The game's own pool keeps
+            one spare worker booted, so that a lost worker is replaced without a tick
+            waiting for a process to start; a pool of your own sets how many
+            (``WorkerPool(spare_workers=...)``).
 
     Raises:
         ConfigError: an unknown ``isolation``, isolation options without

@@ -201,26 +201,41 @@ def worker_environment(test_hooks: bool) -> dict[str, str]:
     return env
 
 
+def _boot_settings(test_hooks: bool) -> tuple[str, str, dict[str, str]]:
+    """What a worker starts with, as things are now: the interpreter, the boot script and
+    the environment."""
+    return sys.executable, _BOOT, worker_environment(test_hooks)
+
+
 class _Boot:
     """A worker process started and not adopted yet: its ready frame is still unread. Killed
-    and reaped when dropped (or by :meth:`discard`) unless a worker adopts it."""
+    and reaped when dropped (or by :meth:`discard`) unless a worker adopts it.
 
-    __slots__ = ("proc", "pipes", "finalizer", "__weakref__")
+    Attributes:
+        settings: what it was started with (see :func:`_boot_settings`).
+    """
+
+    __slots__ = ("proc", "pipes", "settings", "finalizer", "__weakref__")
 
     def __init__(self, memory_limit_bytes: int, test_hooks: bool) -> None:
+        self.settings = executable, boot, env = _boot_settings(test_hooks)
         to_worker_r, to_worker_w = os.pipe()
-        from_worker_r, from_worker_w = os.pipe()
+        try:
+            from_worker_r, from_worker_w = os.pipe()
+        except BaseException:
+            _close_fds(to_worker_r, to_worker_w)
+            raise
         pipes = _Pipes(to_worker_w, from_worker_r)
         try:
             # The host's ends never block: every read and write waits under the watchdog.
             os.set_blocking(to_worker_w, False)
             os.set_blocking(from_worker_r, False)
             proc = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, str(to_worker_r), str(from_worker_w),
+                [executable, "-c", boot, str(to_worker_r), str(from_worker_w),
                  str(memory_limit_bytes)],
                 stdin=subprocess.DEVNULL,
                 pass_fds=(to_worker_r, from_worker_w),
-                env=worker_environment(test_hooks),
+                env=env,
                 cwd=_WORKER_CWD,
                 close_fds=True,
             )
@@ -244,10 +259,17 @@ class SpareWorkers:
     process to start, and a game's tick does not stall on it. Nothing starts before the
     first :meth:`take`.
 
+    A spare is not adopted when it died waiting, or when what a worker starts with changed
+    since it booted (the interpreter, the boot script, the environment): it is replaced.
+    After :data:`MAX_BOOT_FAILURES` spares in a row that could not take over, no more are
+    booted ahead (each worker then starts when needed) until one takes over again.
+
     Args:
         count: how many to keep booted (0: none; every worker then starts when needed).
         memory_limit_bytes, test_hooks: as :class:`WorkerProcess`; the same for all.
     """
+
+    MAX_BOOT_FAILURES = 3
 
     def __init__(self, count: int, *, memory_limit_bytes: int, test_hooks: bool = False) -> None:
         self.count = count
@@ -256,10 +278,11 @@ class SpareWorkers:
         self._spares: list[_Boot] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._failures = 0  # spares in a row that could not take over
 
-    def take(self) -> _Boot:
-        """A started process for a worker to adopt (a spare if one is alive, else one
-        started now), and the spares topped up.
+    def take(self) -> _Boot | None:
+        """A booted spare for a worker to adopt (``None`` when there is none fit to), and
+        the spares topped up: a failure to start another is logged, never raised.
 
         Raises:
             SandboxClosed: closed.
@@ -268,24 +291,46 @@ class SpareWorkers:
             if self._closed:
                 raise SandboxClosed("the spare workers are closed (their pool was closed)")
             boot = self._spares.pop(0) if self._spares else None
-        if boot is not None and boot.proc.poll() is not None:
-            boot.discard()  # it died waiting (killed from outside): not worth adopting
+        if boot is not None and (boot.proc.poll() is not None
+                                 or boot.settings != _boot_settings(self.test_hooks)):
+            boot.discard()  # died waiting (killed from outside), or booted as things were
             boot = None
-        if boot is None:
-            boot = _Boot(self.memory_limit_bytes, self.test_hooks)
         self._fill()
         return boot
 
+    def failed(self) -> None:
+        """A spare from :meth:`take` could not take over (it never said ready)."""
+        with self._lock:
+            self._failures += 1
+
+    def succeeded(self) -> None:
+        """A spare from :meth:`take` took over."""
+        with self._lock:
+            self._failures = 0
+
     def _fill(self) -> None:
         with self._lock:
-            while not self._closed and len(self._spares) < self.count:
-                self._spares.append(_Boot(self.memory_limit_bytes, self.test_hooks))
+            # Spares that died waiting are reaped now (no zombie waits for the next take).
+            for boot in [b for b in self._spares if b.proc.poll() is not None]:
+                self._spares.remove(boot)
+                boot.discard()
+            while (not self._closed and len(self._spares) < self.count
+                   and self._failures < self.MAX_BOOT_FAILURES):
+                try:
+                    self._spares.append(_Boot(self.memory_limit_bytes, self.test_hooks))
+                except OSError as exc:  # out of processes, descriptors or memory
+                    log.warning("a spare worker could not be started: %s", exc)
+                    break
 
     @property
     def pids(self) -> tuple[int, ...]:
         """The spares' process ids."""
         with self._lock:
             return tuple(b.proc.pid for b in self._spares)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def close(self) -> None:
         """Kill and reap every spare; later takes are refused. Idempotent."""
@@ -336,19 +381,30 @@ class WorkerProcess:
     # -- lifecycle -----------------------------------------------------------------------
 
     def _spawn(self) -> None:
-        if self._spares is not None:
-            try:
-                self._adopt(self._spares.take())
-                return
-            except HostError as exc:  # a spare that died waiting: start one now
-                log.warning("a spare worker could not take over (%s); starting another", exc)
+        spares = self._spares
+        if spares is not None:
+            boot = spares.take()
+            if boot is not None:
+                try:
+                    self._adopt(boot)
+                except HostError as exc:  # a spare that died before it said ready
+                    spares.failed()
+                    log.warning("a spare worker could not take over (%s); starting another",
+                                exc)
+                else:
+                    spares.succeeded()
+                    return
         self._adopt(_Boot(self.memory_limit_bytes, self.test_hooks))
+        if spares is not None:
+            spares.succeeded()  # workers start again: spares are booted ahead again
 
     def _adopt(self, boot: _Boot) -> None:
         """Make ``boot`` this worker's process and wait for its ready frame.
 
         Raises:
             HostError: it did not become ready in time, or sent something else first.
+            SandboxClosed: this worker was closed meanwhile (by another thread): the
+                process is reaped, not kept.
         """
         proc, pipes = boot.proc, boot.pipes
         self._proc = proc
@@ -370,7 +426,16 @@ class WorkerProcess:
             self._reap()
             self._down = True
             raise HostError(f"a worker process sent {ready[0]!r} instead of ready")
+        if self._closed:  # closed while it started: close() found nothing to stop yet
+            self._reap()
+            self._down = True
+            raise SandboxClosed("the worker is closed (its pool or sandbox was closed)")
         self._psutil = psutil.Process(proc.pid)
+        try:  # its CPU share counts from now, not from a spare's idle wait
+            cpu = self._psutil.cpu_times()
+            self._cpu_seen = (time.time(), cpu.user + cpu.system)
+        except psutil.Error:
+            self._cpu_seen = None
 
     def respawn(self) -> None:
         """Reap the worker (if it still runs) and start a fresh one (a new generation).

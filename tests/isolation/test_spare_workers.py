@@ -143,3 +143,83 @@ def test_a_game_goes_on_with_the_spare_after_a_crash():
         assert not after.failures
         assert pool.pids == (spare,)
         assert [line for mod, line in after.reports if mod == "good"] == ["3"]
+
+
+def test_a_spare_is_still_handed_over_when_the_next_one_cannot_start(monkeypatch, caplog):
+    from moonbox.isolation import _process
+
+    with WorkerPool(1, _test_hooks=True) as pool:
+        sb = pool.sandbox("m")
+        _wait_ready(pool)
+        [spare] = pool.spare_pids
+
+        def no_process(*args, **kwargs):
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+
+        monkeypatch.setattr(_process.subprocess, "Popen", no_process)
+        assert sb.run("test_abort()").error.kind == "crashed"
+        assert sb.pid == spare  # the spare took over; the one to follow it could not start
+        assert "a spare worker could not be started" in caplog.text
+        assert pool.spare_pids == ()
+        monkeypatch.undo()
+        assert sb.run("return 5").values == (5,)
+
+
+def test_a_spare_booted_with_an_older_boot_script_is_not_adopted(monkeypatch):
+    from moonbox.isolation import _process
+
+    with WorkerPool(1, _test_hooks=True) as pool:
+        sb = pool.sandbox("m")
+        _wait_ready(pool)
+        [spare] = pool.spare_pids
+        monkeypatch.setattr(_process, "_BOOT", _process._BOOT + "# changed\n")
+        assert sb.run("test_abort()").error.kind == "crashed"
+        assert sb.pid not in (None, spare)
+        assert not psutil.pid_exists(spare)
+        assert sb.run("return 6").values == (6,)
+
+
+def test_spares_stop_booting_after_failures_in_a_row_until_a_worker_starts_again():
+    from moonbox.isolation._process import SpareWorkers
+
+    spares = SpareWorkers(1, memory_limit_bytes=0)
+    try:
+        first = spares.take()
+        assert first is None and len(spares.pids) == 1  # none yet; one boots now
+        for _ in range(SpareWorkers.MAX_BOOT_FAILURES):
+            boot = spares.take()
+            assert boot is not None
+            boot.discard()
+            spares.failed()
+        last = spares.take()  # booted before the last failure was known
+        assert last is not None and spares.pids == ()  # no more booted ahead
+        last.discard()
+        spares.failed()
+        assert spares.take() is None and spares.pids == ()
+        spares.succeeded()  # a worker started after all
+        assert spares.take() is None and len(spares.pids) == 1
+    finally:
+        spares.close()
+
+
+def test_a_worker_closed_while_it_starts_reaps_its_process(monkeypatch):
+    from moonbox.isolation._process import WorkerProcess
+
+    worker = WorkerProcess(memory_limit_bytes=0)
+    receive = WorkerProcess.receive
+
+    def closed_meanwhile(self, deadline):
+        self._closed = True  # another thread closed it while the process started
+        return receive(self, deadline)
+
+    monkeypatch.setattr(WorkerProcess, "receive", closed_meanwhile)
+    proc = None
+    try:
+        worker._closed = False
+        with pytest.raises(SandboxClosed):
+            worker.respawn()
+        proc = worker._proc
+        assert worker.down and proc.poll() is not None  # reaped, not left running
+    finally:
+        monkeypatch.undo()
+        worker.close()
