@@ -961,17 +961,47 @@ local function key_less(a, b)
   return object_id(a) < object_id(b)
 end
 
+-- Numbers and strings are sorted apart, each by the runtime's own comparison (no Lua
+-- comparator to call per comparison: several times faster), then put in KEY_RANK order:
+-- the same order key_less gives.
 local function ordered_pairs(t)
   if type(t) ~= "table" then return pairs(t) end  -- the usual error
-  local keys, n = {}, 0
+  local nums, strs, n_nums, n_strs = {}, {}, 0, 0
+  local others, has_false, has_true = nil, false, false
   for k in next, t do
-    n = n + 1
-    keys[n] = k
+    local tk = type(k)
+    if tk == "number" then
+      n_nums = n_nums + 1
+      nums[n_nums] = k
+    elseif tk == "string" then
+      n_strs = n_strs + 1
+      strs[n_strs] = k
+    elseif k == true then
+      has_true = true
+    elseif k == false then
+      has_false = true
+    else
+      others = others or {}
+      others[#others + 1] = k
+    end
   end
+  local n = n_nums + n_strs + (has_false and 1 or 0) + (has_true and 1 or 0)
+    + (others and #others or 0)
   charge_work(n)
   if n > 1 then
     charge(floor(n * (log(n) / log(2) + 1) / COMPARISONS_PER_STEP) + 1)
-    t_sort(keys, key_less)
+  end
+  if n_nums > 1 then t_sort(nums) end
+  if n_strs > 1 then t_sort(strs) end
+  local keys = nums
+  for i = 1, n_strs do keys[n_nums + i] = strs[i] end
+  n = n_nums + n_strs
+  if has_false then n = n + 1 keys[n] = false end
+  if has_true then n = n + 1 keys[n] = true end
+  if others then
+    if #others > 1 then t_sort(others, key_less) end
+    for i = 1, #others do keys[n + i] = others[i] end
+    n = n + #others
   end
   local i = 0
   return function()
