@@ -381,6 +381,12 @@ class Game:
             mod._keeper = keeper
             if prepare is not None:
                 prepare(sandbox)
+            # The engine library takes back what it lent the preparation (a step or two,
+            # not counted as a call of the mod).
+            outcome = keeper.resume()
+            if outcome.status != "yielded":
+                self._load_failed(mod, outcome, RUNTIME_CHUNK[1:], again)
+                return False
             outcome = sandbox.run(source, mod.chunk, max_resumes=1)
             self._account(mod, outcome)
             if not outcome.ok or outcome.status != "done":

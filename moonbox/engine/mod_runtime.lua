@@ -236,10 +236,16 @@ local function answer(what, a, b, c)
   return code, x, y
 end
 
+-- Each start of the dispatcher (the first call, and the next after a budget trip ended the
+-- last one). A trip unwinds past whatever cleanup the mod's code had pending; code that
+-- keeps marks across a call (require's "loading") asks this to know which are stale.
+local starts = 0
+
 -- The commonest call, a callback with an idle worker to run it, is what start and settle
 -- do written out here: each function entered is a metering check, and this runs on every
 -- handler call.
 local function dispatcher(what, a, b, c)
+  starts = starts + 1
   while true do
     local fn, co = nil, idle
     if co ~= nil and type(what) == "number" and what > 0 then fn = callbacks[what] end
@@ -268,7 +274,13 @@ local function dispatcher(what, a, b, c)
   end
 end
 
+-- The starts, to the host's preparation of the mod (its require) only: the host resumes
+-- this run once more when that is done, and the name is gone before the mod's own code.
+env.engine_dispatcher_starts = function() return starts end
+
 -- Hand the dispatcher to the host, then stay suspended for good: the host keeps this run
 -- alive and starts the dispatcher (again after a budget trip) from the handle.
 call_raw("engine_ready", dispatcher)
+co_yield()
+env.engine_dispatcher_starts = nil
 while true do co_yield() end

@@ -13,6 +13,10 @@
 local define_name, refused = ...
 
 local env = _G
+-- How many times the engine started its dispatcher: a budget trip ends one and unwinds
+-- past the cleanup below, so marks made under an earlier start are stale. (Outside a game
+-- there is no dispatcher: always 0.)
+local dispatcher_starts = env.engine_dispatcher_starts or function() return 0 end
 local type, error, tostring, pcall = type, error, tostring, pcall
 local s_find, s_gsub, s_sub = string.find, string.gsub, string.sub
 local concat = table.concat
@@ -21,6 +25,7 @@ local bodies = {}    -- path -> the file's body, a function
 local loaded = {}    -- path -> what the body returned (true for nothing)
 local loading = {}   -- path -> true while its body runs
 local chain = {}     -- the paths being loaded, outermost first
+local marked = 0     -- the dispatcher start the marks above belong to
 
 -- The host's definer: removed from the environment once every file is defined.
 env[define_name] = function(path, body)
@@ -56,6 +61,11 @@ function env.require(name)
   local path = to_path(name)
   local value = loaded[path]
   if value ~= nil then return value end
+  local start = dispatcher_starts()
+  if start ~= marked then
+    -- A trip ended the calls that made these marks: none of them is loading any more.
+    loading, chain, marked = {}, {}, start
+  end
   if loading[path] then
     error("require: a cycle: " .. concat(chain, " -> ") .. " -> " .. path, 2)
   end

@@ -193,6 +193,20 @@ def test_raw_engine_bindings_are_hidden(game):
     assert lines([game.tick()]) == ["nil"]
 
 
+def test_what_the_engine_lends_the_preparation_is_gone_before_the_main_chunk(game):
+    seen = []
+
+    def prepare(sandbox):
+        seen.append(sandbox.run("return type(engine_dispatcher_starts)").values)
+
+    game.load_mod("a", 'state_set("main", tostring(engine_dispatcher_starts))\n'
+                  'on("tick", function() report(tostring(engine_dispatcher_starts)) end)',
+                  prepare=prepare)
+    assert seen == [("function",)]
+    assert game.mod("a").state["main"] == "nil"
+    assert lines([game.tick()]) == ["nil"]
+
+
 def test_refusals_reach_the_issuing_mod_only(game):
     game.load_mod("a", """
         on("tick", function(t) if t == 1 then coreai_world_spawn{prefab = "dragon", name = "d"} end end)

@@ -215,3 +215,26 @@ def test_a_budget_trip_in_a_required_module_is_not_swallowed(mods_dir):
     with game:
         assert not result.ok
         assert "swallowed" not in (game.mod("m").state if game.mods else {})
+
+
+def test_a_budget_trip_in_a_lazy_require_leaves_no_false_cycle(mods_dir):
+    """A trip unwinds past require's own cleanup; the engine's restarted dispatcher makes
+    require forget the marks of the calls the trip ended, so the module loads next time."""
+    files = {"slow.lua": "if not state_get('warm') then while true do end end\n"
+                         "return {ready = true}\n"}
+    main = ('on("go", function(data)\n'
+            '  local ok, m = pcall(require, "slow")\n'
+            '  state_set("go" .. data.n, ok and m.ready or tostring(m))\n'
+            'end)\n'
+            'on("warm", function() state_set("warm", true) end)')
+    game, host, result = _load_one(mods_dir, main, files)
+    with game:
+        assert result.ok, result.error
+        game.emit("go", {"n": 1})
+        first = game.tick()
+        assert [f.error.kind for f in first.failures] == ["budget"]
+        game.emit("warm", {})
+        game.emit("go", {"n": 2})
+        assert game.tick().failures == []
+        state = game.mod("m").state
+        assert "go1" not in state and state["go2"] is True, state
