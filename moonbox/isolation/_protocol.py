@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, get_args
 import msgpack
 
 from .._errors import BudgetExceeded, BudgetKind, ErrorKind, Frame, ScriptError
-from ..sandbox import Outcome, Stats
+from ..sandbox import Outcome
 
 __all__ = [
     "EXIT_OUT_OF_MEMORY",
@@ -36,7 +36,6 @@ __all__ = [
     "FrameWriter",
     "FunctionRef",
     "decode_error",
-    "decode_result",
     "encode_error",
     "encode_result",
     "pack",
@@ -52,7 +51,7 @@ FUNCTION_EXT = 1
 
 _HEADER = struct.Struct("<I")
 _READ_BYTES = 1 << 16
-_tuple_new = tuple.__new__
+_read, _monotonic, _unpackb = os.read, time.monotonic, msgpack.unpackb
 
 
 class FrameError(Exception):
@@ -238,7 +237,27 @@ class FrameReader:
         """
         buf = self._buffer
         if not buf:
-            buf = self._read_some(_READ_BYTES, deadline)
+            # The usual frame: the pipe holds it whole, and nothing after it. One wait and
+            # one read, written out (this runs twice per round trip).
+            if deadline is not None:
+                poller = self._poller
+                if poller is None:
+                    poller = self._poller = _Poller(self.fd, select.POLLIN)
+                if not poller._poll.poll(max(0, int((deadline - _monotonic()) * 1000) + 1)):
+                    raise FrameTimeout("the deadline passed in the middle of a frame")
+            try:
+                buf = _read(self.fd, _READ_BYTES)
+            except BlockingIOError:
+                buf = self._read_some(_READ_BYTES, deadline)
+            if not buf:
+                raise FrameError("the pipe closed")
+            got = len(buf)
+            if got > 4 and got - 4 == _HEADER.unpack_from(buf)[0]:
+                try:
+                    return _unpackb(memoryview(buf)[4:], raw=False, strict_map_key=False,
+                                    ext_hook=self._ext)
+                except Exception as exc:  # noqa: BLE001 - whatever the bytes were, not a frame
+                    raise FrameCorrupt(f"a frame that does not decode: {exc!r}") from None
         while len(buf) < 4:
             try:
                 buf += self._read_some(_READ_BYTES, deadline)
@@ -340,12 +359,3 @@ def encode_result(outcome: Outcome, snapshot: Any, replacements: int) -> list[An
     error = outcome.error
     return ["r", outcome.status, outcome.values, s[0], s[1], s[2],
             None if error is None else encode_error(error), snapshot, replacements]
-
-
-def decode_result(reply: list[Any], reports: tuple[str, ...]) -> Outcome:
-    """The outcome in a worker's ``r`` answer, with the reports the host collected while
-    serving it."""
-    error = reply[6]
-    return _tuple_new(Outcome, (reply[1], tuple(reply[2]),
-                                None if error is None else decode_error(error), reports,
-                                _tuple_new(Stats, (reply[3], reply[4], reply[5]))))

@@ -39,7 +39,7 @@ from ..sandbox._sandbox import (  # the same caps as in process
     MAX_REPORTS_TOTAL_CHARS,
 )
 from ._process import WorkerCrashed, WorkerLost, WorkerProcess, WorkerStats
-from ._protocol import FunctionRef, decode_error, decode_result
+from ._protocol import FunctionRef, decode_error
 
 if TYPE_CHECKING:
     from ._pool import WorkerPool
@@ -74,6 +74,8 @@ restart is never charged to a call that only waited on the lost one)."""
 _FINISHED = frozenset({"done", "error", "budget"})
 _OK_STATUSES = frozenset({"done", "yielded", "preempted"})
 _STATUSES = _OK_STATUSES | {"error", "budget"}
+_NUMBERS = (int, float)
+_tuple_new = tuple.__new__
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ids = itertools.count(1)
 _FAILS = {"ConfigError": ConfigError, "SandboxClosed": SandboxClosed}
@@ -757,28 +759,35 @@ class IsolatedSandbox:
                 return Outcome("error", (), self._decode_error(reply), reports)
             self._check(reply)
             raise self._worker.violation(f"an answer of kind {kind!r} to a run")
-        if (len(reply) != 9 or type(reply[1]) is not str or reply[1] not in _STATUSES
-                or type(reply[2]) is not list
-                or type(reply[3]) is not int or type(reply[4]) is not int
-                or type(reply[5]) not in (int, float) or type(reply[8]) is not int
-                or (reply[6] is None) != (reply[1] in _OK_STATUSES)):
-            raise self._worker.violation(f"a malformed result: {str(reply)[:80]}")
         try:
-            outcome = decode_result(reply, reports) if reply[6] is None else Outcome(
-                reply[1], (), decode_error(reply[6]), reports, Stats(*reply[3:6]))
-        except Exception:  # noqa: BLE001 - whatever the worker sent, it is no result
+            _, status, values, steps, peak, wall_s, error, snapshot, replaced = reply
+        except ValueError:
             raise self._worker.violation(f"a malformed result: {str(reply)[:80]}") from None
-        snapshot = reply[7]
+        if (type(status) is not str or type(values) is not list or type(steps) is not int
+                or type(peak) is not int or type(wall_s) not in _NUMBERS
+                or type(replaced) is not int
+                or (status in _OK_STATUSES) != (error is None)
+                or (error is not None and status not in _STATUSES)):
+            raise self._worker.violation(f"a malformed result: {str(reply)[:80]}")
+        if error is None:
+            outcome = _tuple_new(Outcome, (status, tuple(values), None, reports,
+                                           _tuple_new(Stats, (steps, peak, wall_s))))
+        else:
+            try:
+                outcome = Outcome(status, (), decode_error(error), reports,
+                                  Stats(steps, peak, wall_s))
+            except Exception:  # noqa: BLE001 - whatever the worker sent, it is no result
+                raise self._worker.violation(f"a malformed result: {str(reply)[:80]}") from None
         if snapshot is not None:
             if type(snapshot) is list and len(snapshot) == 1:
                 self._snapshot = (snapshot[0],)
             else:
                 log.warning("%s: %s", self.mod_id, str(snapshot)[:300])
-        if reply[8] != self._replaced_here:
+        if replaced != self._replaced_here:
             # The worker replaced the mod's runtime after an out-of-memory trip: its chunks
             # and functions went with it. It is made again on the next call.
-            self.replacements += max(0, reply[8] - self._replaced_here)
-            self._replaced_here = reply[8]
+            self.replacements += max(0, replaced - self._replaced_here)
+            self._replaced_here = replaced
             self._made += 1  # its runs and functions are gone now
             self._remake = True
         return outcome

@@ -81,10 +81,23 @@ def _answer(status, error) -> str:
     _answer("error", ["not", "a", "map"]),
     "w.send(['script', {'kind': 'syntax', 'message': 'x', 'chunk': 5, 'line': 1, "
     "'traceback': []}])",
+    "w.send(['r', 'done', [], 0, 0, 0.0, None, None])",
+    "w.send(['r', 'done', [], 0, 0, 0.0, None, None, 0, 0])",
+    "w.send(['r', 'done', 'values', 0, 0, 0.0, None, None, 0])",
+    "w.send(['r', 'done', [], 0.5, 0, 0.0, None, None, 0])",
+    "w.send(['r', 'done', [], 0, None, 0.0, None, None, 0])",
+    "w.send(['r', 'done', [], 0, 0, '0.0', None, None, 0])",
+    "w.send(['r', 'done', [], 0, 0, 0.0, None, None, '0'])",
+    _answer("done", _ERROR),  # an ok status with an error
+    _answer("error", None),  # a failure without one
+    _answer("paused", None),
+    _answer("paused", _ERROR),
 ], ids=["status-list", "status-map", "chunk-int", "line-str", "line-bool", "message-none",
         "message-list", "kind-int", "kind-unknown", "kind-budget-bare", "traceback-str",
         "frame-ints", "frame-short", "frame-line-str", "budget-unknown", "budget-list",
-        "limit-str", "error-list", "syntax-chunk-int"])
+        "limit-str", "error-list", "syntax-chunk-int", "result-short", "result-long",
+        "values-str", "steps-float", "peak-none", "wall-str", "replaced-str",
+        "done-with-error", "error-without-one", "status-unknown", "status-unknown-error"])
 def test_a_malformed_answer_kills_the_worker_and_never_raises_in_the_host(
         scripted_worker, answer):
     scripted_worker(answer)
