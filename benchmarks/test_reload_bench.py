@@ -3,8 +3,8 @@
     python benchmarks/test_reload_bench.py [SAVES] [MODS_DIR]    # a plain report
     pytest benchmarks/test_reload_bench.py --benchmark-only
 
-A game ticks at 20 ticks per second (``moonbox dev``'s default) with the example mods of
-``examples/mods`` copied to a temporary directory. Each round rewrites the scoreboard's
+A game ticks at 20 ticks per second (``moonbox dev``'s default) with the example arena's
+mods (or MODS_DIR's) copied to a temporary directory, as ``moonbox dev DIR --init`` does. Each round rewrites the scoreboard's
 ``main.lua`` with a new version and waits for the swap: the clock starts just before the
 write and stops when :class:`~moonbox.mods.ModHost` reports the new version live. That
 covers the watcher's quiet time (``step_ms``), the read, the dry run in a scratch game
@@ -21,17 +21,26 @@ import tempfile
 import time
 from pathlib import Path
 
-from moonbox.mods import DEBOUNCE_MS, STEP_MS, DevSession, ModHost, ReloadResult
+from moonbox.mods import (
+    DEBOUNCE_MS,
+    STEP_MS,
+    DevSession,
+    ModHost,
+    ReloadResult,
+    copy_arena_mods,
+)
 from moonbox.mods._dev import arena_game
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "mods"
 
-
-def measure(saves: int = 20, source: Path = EXAMPLES, mod: str = "scoreboard") -> list[float]:
-    """Seconds from each save to its version being live, one per save."""
+def measure(saves: int = 20, source: Path | None = None, mod: str = "scoreboard") -> list[float]:
+    """Seconds from each save to its version being live, one per save (the example arena's
+    mods unless ``source`` is given)."""
     with tempfile.TemporaryDirectory() as tmp:
         mods_dir = Path(tmp) / "mods"
-        shutil.copytree(source, mods_dir)
+        if source is None:
+            copy_arena_mods(mods_dir)
+        else:
+            shutil.copytree(source, mods_dir)
         main = mods_dir / mod / "main.lua"
         original = main.read_text()
         game = arena_game()
@@ -66,11 +75,11 @@ def test_reload_latency(benchmark):
 
 def main() -> None:
     saves = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-    source = Path(sys.argv[2]) if len(sys.argv) > 2 else EXAMPLES
+    source = Path(sys.argv[2]) if len(sys.argv) > 2 else None
     times = sorted(measure(saves, source))
     ms = [t * 1000 for t in times]
     print(f"watcher: debounce_ms={DEBOUNCE_MS} step_ms={STEP_MS}; game at 20 ticks/s; "
-          f"{saves} saves of examples/mods/scoreboard/main.lua")
+          f"{saves} saves of the scoreboard's main.lua")
     print(f"save -> live: median {statistics.median(ms):.0f} ms, min {ms[0]:.0f} ms, "
           f"p90 {ms[int(len(ms) * 0.9) - 1]:.0f} ms, max {ms[-1]:.0f} ms")
 

@@ -46,7 +46,10 @@ def _takes_isolation(factory: Any) -> bool:
 
 
 @click.command()
-@click.argument("mods_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("mods_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--init", is_flag=True,
+              help="First copy the example arena's mods into MODS_DIR (new or empty), to "
+                   "edit them.")
 @click.option("--game", "game_spec", metavar="MODULE:FACTORY",
               help="A function that returns the Game to run (default: the example arena).")
 @click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -71,9 +74,10 @@ def _takes_isolation(factory: Any) -> bool:
               help="With --isolate: worker processes at most [default: 4].")
 @click.option("--worker-memory", callback=_size, metavar="SIZE", default=None,
               help="With --isolate: each worker's memory limit, e.g. 512MB [default: 1GB].")
-def dev(mods_dir: Path, game_spec: str | None, store_path: Path | None, no_store: bool,
-        grant_mode: str, tps: float, ticks: int | None, once: bool, debounce_ms: int,
-        step_ms: int, isolate: bool, workers: int | None, worker_memory: int | None) -> None:
+def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | None,
+        no_store: bool, grant_mode: str, tps: float, ticks: int | None, once: bool,
+        debounce_ms: int, step_ms: int, isolate: bool, workers: int | None,
+        worker_memory: int | None) -> None:
     """Run a game with the mods of MODS_DIR and reload each mod when its files change.
 
     A changed mod is compiled and dry-run first; only a clean version is swapped in,
@@ -84,8 +88,11 @@ def dev(mods_dir: Path, game_spec: str | None, store_path: Path | None, no_store
     hangs in C or passes the worker's memory limit costs one call and is built again in a
     fresh worker. A --game factory gets the isolation options as keywords (isolation,
     workers, worker_memory_bytes); one that cannot take them is a usage error.
+
+    To start from the example arena: moonbox dev my-mods --init, then edit
+    my-mods/scoreboard/main.lua while it runs.
     """
-    from .mods import ModHost
+    from .mods import ModError, ModHost, copy_arena_mods
     from .mods._dev import (
         DevSession,
         describe_result,
@@ -95,6 +102,18 @@ def dev(mods_dir: Path, game_spec: str | None, store_path: Path | None, no_store
     )
 
     console = Console(highlight=False, soft_wrap=True)
+    if init:
+        try:
+            copied = copy_arena_mods(mods_dir)
+        except (ModError, OSError) as exc:
+            console.print(f"[red]--init: {escape(str(exc))}[/]")
+            sys.exit(EXIT_USAGE)
+        console.print(f"copied the example mods into {escape(str(mods_dir))}: "
+                      f"{', '.join(copied)}")
+    elif not mods_dir.is_dir():
+        console.print(f"[red]{escape(str(mods_dir))}: no such directory (--init copies the "
+                      "example mods into a new one)[/]")
+        sys.exit(EXIT_USAGE)
     try:
         factory = game_factory(game_spec)
     except ValueError as exc:

@@ -126,23 +126,15 @@ def run_demo(console: Console) -> int:
     return 0
 
 
-_ARENA_MODS = ("scoreboard", "pickups", "players", "enemies", "glitch")
-
-
 def _arena(console: Console, ticks: int = 100) -> None:
     """9. The arena (also examples/arena/arena.py), headless: four mods play, one is quarantined."""
-    from .engine import Game
-    from .world import Prefab, World, default_prefabs
+    from .mods import arena_mods, load_packages
+    from .mods._dev import arena_game
 
-    prefabs = default_prefabs()
-    prefabs.register(Prefab("player", description="A runner controlled by a mod."))
-    prefabs.register(Prefab("enemy", description="Chases players.", radius=0.6))
     console.print(f"\n[bold]9. A game: four mods and a glitch, {ticks} ticks[/]  "
-                  "[dim]demo_mods/arena/*.lua[/]")
-    with Game(World(prefabs, bound=50), seed=1) as game:
-        for mod_id in _ARENA_MODS:
-            game.load_mod(mod_id, _source(f"arena/{mod_id}.lua"),
-                          chunk=f"@arena/{mod_id}.lua")
+                  "[dim]demo_mods/arena/*/ (moonbox dev --init DIR copies them to edit)[/]")
+    with arena_game() as game, arena_mods() as mods_dir:
+        load_packages(game, mods_dir)
         refused = 0
         for _ in range(ticks):
             report = game.tick()

@@ -87,8 +87,9 @@ def test_mods_names():
     assert moonbox.mods.__all__ == [
         "ACTIVE_KEY", "DEBOUNCE_MS", "MANIFEST_NAME", "REQUIRE_CHUNK", "STEP_MS",
         "DevSession", "ModError", "ModHost", "ModManifest", "ModPackage", "ModState",
-        "ModWatcher", "ReloadResult", "RequestedPermissions", "describe", "discover",
-        "grant", "order_packages", "parse_manifest", "preparer", "read_package",
+        "ModWatcher", "ReloadResult", "RequestedPermissions", "arena_mods", "copy_arena_mods",
+        "describe", "discover", "grant", "load_packages", "order_packages", "parse_manifest",
+        "preparer", "read_package",
     ]
     for name in moonbox.mods.__all__:
         assert hasattr(moonbox.mods, name)

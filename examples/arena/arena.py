@@ -5,22 +5,17 @@
 Four mods play (scoreboard, pickups, players, enemies) and one misbehaves (glitch): it is
 quarantined after three budget trips while the game goes on. With ``--isolate`` every mod
 runs in a worker process (``Game(isolation="process")``): the same game, the same world.
-Everything here uses the public API of moonbox.engine and moonbox.world.
+Everything here uses the public API of moonbox.engine, moonbox.mods and moonbox.world.
 """
 
 from __future__ import annotations
 
 import sys
-from importlib import resources
 from typing import Any
 
 from moonbox.engine import Game
+from moonbox.mods import arena_mods, load_packages
 from moonbox.world import Prefab, World, default_prefabs
-
-# The mods ship with moonbox (moonbox demo plays them too): read them from the package.
-MODS_DIR = resources.files("moonbox.demo_mods").joinpath("arena")
-# Load order matters only for imports at load time: players import the scoreboard.
-MODS = ("scoreboard", "pickups", "players", "enemies", "glitch")
 
 
 def make_world() -> World:
@@ -35,9 +30,11 @@ def play(ticks: int = 60, seed: int = 1, **options: Any) -> Game:
     """Load the mods and run ``ticks`` ticks; prints what happens. The caller closes it.
     ``options`` go to :class:`Game` (``isolation="process"``, ``workers``, ...)."""
     game = Game(make_world(), seed=seed, **options)
-    for mod_id in MODS:
-        source = MODS_DIR.joinpath(f"{mod_id}.lua").read_text()
-        game.load_mod(mod_id, source, chunk=f"@arena/{mod_id}.lua")
+    # The mods ship with moonbox, one folder each (moonbox demo plays them too; moonbox dev
+    # --init DIR copies them to edit). They load as they are, the glitch included, in
+    # dependency order: the players import the scoreboard's export.
+    with arena_mods() as mods_dir:
+        load_packages(game, mods_dir)
     for _ in range(ticks):
         report = game.tick()
         for mod_id, line in report.reports:

@@ -9,6 +9,7 @@ the host's policy grants, and swaps in new versions only after a clean dry run.
 
 from ._dev import DevSession
 from ._errors import ModError
+from ._example import arena_mods, copy_arena_mods, load_packages
 from ._host import ACTIVE_KEY, ModHost, ModState, ReloadResult, describe
 from ._manifest import MANIFEST_NAME, ModManifest, RequestedPermissions, parse_manifest
 from ._order import discover, grant, order_packages
@@ -31,9 +32,12 @@ __all__ = [
     "ModWatcher",
     "ReloadResult",
     "RequestedPermissions",
+    "arena_mods",
+    "copy_arena_mods",
     "describe",
     "discover",
     "grant",
+    "load_packages",
     "order_packages",
     "parse_manifest",
     "preparer",

@@ -97,3 +97,18 @@ def test_the_live_view_shows_each_mods_status_stats_and_latest_errors(mods_dir):
     assert "failed reload" in rows["flaky"]
     assert "flaky" in text.split("latest errors")[1] and "main.lua:1" in text
     assert "good: tick" in text
+
+
+def test_dev_init_copies_the_example_mods_and_runs_them(tmp_path):
+    mods_dir = tmp_path / "my-mods"
+    result = CliRunner().invoke(cli, ["dev", str(mods_dir), "--init", "--ticks", "12",
+                                      "--tps", "500", "--no-store"])
+    assert result.exit_code == 1, result.output  # 1: a mod (the glitch) did not load
+    assert "copied the example mods" in result.output
+    assert "scoreboard: tick 10: ann 1" in result.output
+    assert "glitch: refused" in result.output  # its dry run trips: it never goes live
+    assert (mods_dir / "players" / "mod.toml").is_file()
+    again = CliRunner().invoke(cli, ["dev", str(mods_dir), "--init", "--once", "--no-store"])
+    assert again.exit_code == 2 and "new or empty directory" in again.output
+    missing = CliRunner().invoke(cli, ["dev", str(tmp_path / "nowhere"), "--once"])
+    assert missing.exit_code == 2 and "no such directory" in missing.output

@@ -238,3 +238,32 @@ def test_a_budget_trip_in_a_lazy_require_leaves_no_false_cycle(mods_dir):
         assert game.tick().failures == []
         state = game.mod("m").state
         assert "go1" not in state and state["go2"] is True, state
+
+
+def test_the_example_mods_ship_as_packages_and_load_as_they_are(tmp_path):
+    from moonbox.mods import arena_mods, copy_arena_mods, load_packages
+    from moonbox.mods._dev import arena_game
+
+    with arena_game() as game, arena_mods() as mods_dir:
+        loaded = load_packages(game, mods_dir)
+        ids = [p.id for p in loaded]
+        assert sorted(ids) == ["enemies", "glitch", "pickups", "players", "scoreboard"]
+        assert ids.index("scoreboard") < ids.index("players")  # a dependency first
+        reports = [r for _ in range(12) for r in game.tick().reports]
+        assert game.mod("glitch").quarantine.kind == "trips"  # loaded without a dry run
+        assert ("scoreboard", "tick 10: ann 1") in reports  # its require'd lib at work
+    copied = copy_arena_mods(tmp_path / "mine")
+    assert copied == sorted(ids)
+    assert (tmp_path / "mine" / "scoreboard" / "lib" / "standings.lua").is_file()
+    with pytest.raises(ModError) as info:
+        copy_arena_mods(tmp_path / "mine")  # not empty
+    assert info.value.code == "invalid_path"
+
+
+def test_load_packages_refuses_a_set_with_a_missing_dependency(mods_dir):
+    from moonbox.mods import load_packages
+
+    write_mod(mods_dir, "b", "", deps=("a",))
+    with Game() as game, pytest.raises(ModError) as info:
+        load_packages(game, mods_dir)
+    assert info.value.code == "missing_dependency" and not game.mods
