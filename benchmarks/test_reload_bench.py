@@ -4,8 +4,8 @@
     pytest benchmarks/test_reload_bench.py --benchmark-only
 
 A game ticks at 20 ticks per second (``moonbox dev``'s default) with the example arena's
-mods (or MODS_DIR's) copied to a temporary directory, as ``moonbox dev DIR --init`` does. Each round rewrites the scoreboard's
-``main.lua`` with a new version and waits for the swap: the clock starts just before the
+mods (or MODS_DIR's) copied to a temporary directory, as ``moonbox dev DIR --init`` does.
+Each round rewrites the scoreboard's ``main.lua`` with a new version and waits for the swap: the clock starts just before the
 write and stops when :class:`~moonbox.mods.ModHost` reports the new version live. That
 covers the watcher's quiet time (``step_ms``), the read, the dry run in a scratch game
 (the scoreboard and, for it, nothing else) and the swap. The watcher's settings are

@@ -14,6 +14,7 @@ import pytest
 from moonbox import Budget, ConfigError
 from moonbox.engine import Game, ModLimits
 from moonbox.isolation import IsolatedSandbox, WorkerCrashed, WorkerPool
+from moonbox.mods import arena_mods, load_packages
 
 pytestmark = pytest.mark.usefixtures("no_workers_left_behind")
 
@@ -39,12 +40,11 @@ def _isolated(make_game, pool, **options):
 
 def test_the_arena_replays_to_the_same_world_isolated(arena_example):
     arena = arena_example
-    mods = {m: arena.MODS_DIR.joinpath(f"{m}.lua").read_text() for m in arena.MODS}
     outcomes = {}
     for isolation in ("none", "process"):
-        with Game(arena.make_world(), seed=1, isolation=isolation) as game:
-            for mod_id, source in mods.items():
-                game.load_mod(mod_id, source, chunk=f"@arena/{mod_id}.lua")
+        with Game(arena.make_world(), seed=1, isolation=isolation) as game, \
+                arena_mods() as mods_dir:
+            load_packages(game, mods_dir)
             reports = []
             for _ in range(40):
                 reports += game.tick().reports
