@@ -120,13 +120,17 @@ def _mib(n: int) -> str:
 
 def describe_workers(game: Game) -> list[str]:
     """One line per worker process of an isolated game (``[]`` in process): its pid,
-    memory, CPU and the mods pinned to it, read now."""
+    memory, CPU and the mods pinned to it, read now; then the spare workers booted to take
+    over a lost one."""
     lines = []
     for w in game.worker_stats():
         pid = str(w.pid) if w.pid is not None else "down"
         lines.append(f"worker {pid}: rss {_mib(w.rss_bytes)}, cpu {w.cpu_percent:.0f}% "
                      f"({w.cpu_user_s + w.cpu_system_s:.2f} s), respawns {w.respawns}, "
                      f"mods {', '.join(w.mods) or '-'}")
+    spares = game.pool.spare_pids if game.pool is not None else ()
+    if spares:
+        lines.append(f"spare {', '.join(map(str, spares))}: booted, takes over a lost worker")
     return lines
 
 

@@ -95,7 +95,8 @@ def test_the_live_view_shows_each_mods_worker(mods_dir):
             console = Console(record=True, width=160)
             console.print(render(session))
             text = console.export_text()
-            (worker_line,) = describe_workers(game)
+            (worker_line, spare_line) = describe_workers(game)
+            spares = game.pool.spare_pids
         finally:
             session.close()
     header = next(line for line in text.splitlines() if "restores" in line)
@@ -105,3 +106,4 @@ def test_the_live_view_shows_each_mods_worker(mods_dir):
     assert sum(pid in row and "MiB" in row for row in rows) >= 2
     assert "workers" in text and "mods alpha, beta" in text
     assert worker_line.startswith(f"worker {pid}: rss ")
+    assert spare_line.startswith(f"spare {spares[0]}: booted")
