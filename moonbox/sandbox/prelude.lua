@@ -961,6 +961,17 @@ local function key_less(a, b)
   return object_id(a) < object_id(b)
 end
 
+-- As table.sort does: up to SORT_NATIVE_MAX keys the native sort, charged first; more are
+-- sorted in metered Lua, charged as they go (a mod can choose number keys whose order
+-- makes a quicksort quadratic, and one native call would then run unmetered for seconds).
+-- The keys are distinct and totally ordered: every correct sort gives the same order.
+local function sort_keys(list, count, lt)
+  if count <= 1 then return end
+  if count > SORT_NATIVE_MAX then return metered_sort(list, lt) end
+  charge(floor(count * (log(count) / log(2) + 1) / COMPARISONS_PER_STEP) + 1)
+  t_sort(list, lt)
+end
+
 -- Numbers and strings are sorted apart, each by the runtime's own comparison (no Lua
 -- comparator to call per comparison: several times faster), then put in KEY_RANK order:
 -- the same order key_less gives.
@@ -988,18 +999,15 @@ local function ordered_pairs(t)
   local n = n_nums + n_strs + (has_false and 1 or 0) + (has_true and 1 or 0)
     + (others and #others or 0)
   charge_work(n)
-  if n > 1 then
-    charge(floor(n * (log(n) / log(2) + 1) / COMPARISONS_PER_STEP) + 1)
-  end
-  if n_nums > 1 then t_sort(nums) end
-  if n_strs > 1 then t_sort(strs) end
+  sort_keys(nums, n_nums)
+  sort_keys(strs, n_strs)
   local keys = nums
   for i = 1, n_strs do keys[n_nums + i] = strs[i] end
   n = n_nums + n_strs
   if has_false then n = n + 1 keys[n] = false end
   if has_true then n = n + 1 keys[n] = true end
   if others then
-    if #others > 1 then t_sort(others, key_less) end
+    sort_keys(others, #others, key_less)
     for i = 1, #others do keys[n + i] = others[i] end
     n = n + #others
   end

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moonbox import ConfigError, Sandbox
+from moonbox import Budget, ConfigError, Sandbox
 
 PROGRAM = """
 local t = {}
@@ -117,3 +117,60 @@ def test_deterministic_pairs_visits_every_key_once_in_order(keys):
     )
     assert out.ok, out.error
     assert [rank(k) for k in (out.value or [])] == sorted(rank(k) for k in keys)
+
+
+# Float keys whose `next` order makes LuaJIT's native quicksort quadratic (a median-of-3
+# killer, built against the native sort itself; number hashes are not seeded, so a mod
+# can compute such keys offline and write them into its source).
+_KILLER_KEYS = r"""
+local n = ...
+local val, gas, nsolid, cand = {}, n + 1, 0, 1
+for i = 1, n do val[i] = gas end
+local ptr = {} for i = 1, n do ptr[i] = i end
+local function freeze(x) val[x] = nsolid nsolid = nsolid + 1 end
+table.sort(ptr, function(x, y)
+  if val[x] == gas and val[y] == gas then
+    if x == cand then freeze(x) else freeze(y) end
+  end
+  if val[x] == gas then cand = x elseif val[y] == gas then cand = y end
+  return val[x] < val[y]
+end)
+for i = 1, n do if val[i] == gas then freeze(i) end end
+-- For hash slot j - 1, a key of rank val[j] whose number hash lands there.
+local ffi, bit = require("ffi"), require("bit")
+local u = ffi.new("union { double d; uint32_t w[2]; }")
+local band, bxor, rol, tobit = bit.band, bit.bxor, bit.rol, bit.tobit
+local keys = {}
+for j = 1, n do
+  u.d = val[j] + 0.5
+  local hi0 = tobit(u.w[1] * 2)
+  for lo = 0, 2^31 do
+    local a, h = bxor(lo, hi0), rol(hi0, 14)
+    a = tobit(a - h) h = rol(h, 5)
+    h = bxor(h, a) h = tobit(h - rol(a, 13))
+    if band(h, n - 1) == j - 1 then u.w[0] = lo keys[j] = u.d break end
+  end
+end
+local t, i, same = {}, 0, true
+for k = 1, n do t[keys[k]] = true end
+for k in next, t do i = i + 1 same = same and k == keys[i] end
+return keys, same
+"""
+
+
+def test_deterministic_pairs_meters_a_sort_its_keys_make_quadratic():
+    from moonbox._bench import raw_luajit
+
+    n = 8192  # past the native sort's limit (4096): sorted in metered Lua
+    keys, same = raw_luajit().execute(_KILLER_KEYS, n)
+    assert same, "the keys' next order is not the crafted one (hash function changed?)"
+    out = Sandbox(deterministic=True, budget=Budget(steps=10**9, wall_s=60)).run(
+        "local keys = ... local t = {} for i = 1, #keys do t[keys[i]] = true end "
+        "local last, sorted = -1, true "
+        "for k in pairs(t) do sorted = sorted and k > last last = k end return sorted",
+        args=(list(keys.values()),),
+    )
+    assert out.status == "done" and out.value is True
+    # Charged per comparison: far past the n*log2(n) a native sort would be charged up
+    # front (~28k steps), for the quadratic work it would have done unmetered.
+    assert out.stats.steps > 1_000_000
