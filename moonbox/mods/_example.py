@@ -7,14 +7,16 @@
 from __future__ import annotations
 
 import shutil
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 
+from ..bindings import Permissions
 from ..engine import Game
 from ._errors import ModError
-from ._order import discover, order_packages
+from ._order import discover, grant, order_packages
 from ._package import ModPackage
 from ._require import preparer
 
@@ -43,17 +45,23 @@ def copy_arena_mods(dest: Path) -> list[str]:
     with arena_mods() as source:
         for folder in sorted(source.iterdir()):
             if (folder / "mod.toml").is_file():
-                shutil.copytree(folder, dest / folder.name)
+                # Contents only, not modes: an install may be read-only, the copy is to edit.
+                shutil.copytree(folder, dest / folder.name, copy_function=shutil.copyfile)
                 ids.append(folder.name)
+    for path in dest.rglob("*"):  # folders took the install's modes: make them the user's
+        if path.is_dir():
+            path.chmod(path.stat().st_mode | stat.S_IRWXU)
     return ids
 
 
-def load_packages(game: Game, mods_dir: Path) -> list[ModPackage]:
+def load_packages(game: Game, mods_dir: Path, *,
+                  policy: Permissions | None = None) -> list[ModPackage]:
     """Load every mod package of ``mods_dir`` into ``game`` as it is, in dependency order,
-    each with its ``require``: no dry run, no versions, no hot reload (that is
-    :class:`~moonbox.mods.ModHost`). For a fixed set of mods, such as a demo's, where a mod
-    that misbehaves is to be seen misbehaving in the game (and quarantined there). A mod
-    that fails to load is quarantined by the game, as any.
+    each with its ``require`` and the permissions its manifest asks for, within ``policy``
+    (default: mode ``auto``), as :class:`~moonbox.mods.ModHost` grants them. No dry run, no
+    versions, no hot reload (that is ``ModHost``): for a fixed set of mods, such as a
+    demo's, where a mod that misbehaves is to be seen misbehaving in the game (and
+    quarantined there). A mod that fails to load is quarantined by the game, as any.
 
     Returns:
         The packages, in the order they were loaded.
@@ -66,8 +74,10 @@ def load_packages(game: Game, mods_dir: Path) -> list[ModPackage]:
     ordered, order_errors = order_packages(packages)
     if errors or order_errors:
         raise (errors + order_errors)[0]
+    policy = policy or Permissions(mode="auto")
     for package in ordered:
         entry = package.manifest.entry
         game.load_mod(package.id, package.files[entry], chunk=package.chunk(entry),
-                      prepare=preparer(package))
+                      prepare=preparer(package),
+                      permissions=grant(package.manifest.permissions, policy, game.registry))
     return ordered

@@ -17,6 +17,7 @@ local env = _G
 -- past the cleanup below, so marks made under an earlier start are stale. (Outside a game
 -- there is no dispatcher: always 0.)
 local dispatcher_starts = env.engine_dispatcher_starts or function() return 0 end
+env.engine_dispatcher_starts = nil  -- before the files below are defined: none sees it
 local type, error, tostring, pcall = type, error, tostring, pcall
 local s_find, s_gsub, s_sub = string.find, string.gsub, string.sub
 local concat = table.concat

@@ -267,3 +267,43 @@ def test_load_packages_refuses_a_set_with_a_missing_dependency(mods_dir):
     with Game() as game, pytest.raises(ModError) as info:
         load_packages(game, mods_dir)
     assert info.value.code == "missing_dependency" and not game.mods
+
+
+def test_load_packages_grants_what_each_manifest_asks_within_the_policy(mods_dir):
+    from moonbox.mods import load_packages
+
+    write_mod(mods_dir, "reader", 'state_set("x", 1)', mode="readonly")
+    write_mod(mods_dir, "writer", 'state_set("x", 1)')
+    with Game() as game:
+        load_packages(game, mods_dir)
+        assert game.mod("reader").quarantine is not None  # state_set is not granted
+        assert game.mod("writer").state == {"x": 1}
+    with Game() as game:
+        load_packages(game, mods_dir, policy=Permissions(mode="readonly"))
+        assert game.mod("writer").quarantine is not None  # the policy caps it
+
+
+def test_copied_example_mods_are_the_users_to_edit(tmp_path):
+    import stat
+
+    from moonbox.mods import copy_arena_mods
+
+    copy_arena_mods(tmp_path / "mine")
+    for path in (tmp_path / "mine").rglob("*"):
+        mode = path.stat().st_mode
+        assert mode & stat.S_IWUSR, path
+        if path.is_dir():
+            assert mode & stat.S_IXUSR, path
+
+
+def test_a_module_file_that_breaks_out_of_its_wrapper_cannot_reach_the_lent_count(mods_dir):
+    # A file's text is wrapped as the body of a function: this one closes the wrapper and
+    # runs code of its own while the package is prepared.
+    files = {"evil.lua": 'end) state_set("seen", type(engine_dispatcher_starts)) '
+                         'local _ = (function(...)'}
+    game, host, result = _load_one(mods_dir, 'state_set("main", type(engine_dispatcher_starts))',
+                                   files)
+    with game:
+        assert result.ok, result.error
+        state = game.mod("m").state
+        assert state == {"seen": "nil", "main": "nil"}
