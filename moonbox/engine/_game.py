@@ -21,6 +21,7 @@ from ..isolation import (
     DEFAULT_MEMORY_LIMIT_BYTES,
     DEFAULT_WALL_MARGIN_S,
     IsolatedSandbox,
+    WorkerCrashed,
     WorkerPool,
     WorkerStats,
 )
@@ -761,7 +762,7 @@ class Game:
         when the call failed (recorded) or could not be made."""
         run = mod._run
         if run is None or not run._open:
-            run = self._start_dispatcher(mod)
+            run = self._start_dispatcher(mod, label, where)
             if run is None:
                 return None
         self._chain.append(mod.id)
@@ -810,7 +811,7 @@ class Game:
             mod._epoch += 1
         return None
 
-    def _start_dispatcher(self, mod: Mod) -> Any:
+    def _start_dispatcher(self, mod: Mod, label: str, where: str) -> Any:
         if mod._isolated and mod.sandbox.lost:  # type: ignore[union-attr]
             return None  # built again before its next dispatch, not in the middle of this one
         handle = mod._dispatch
@@ -820,6 +821,18 @@ class Game:
         try:
             mod._run = mod.sandbox.start(handle)
         except MoonboxError as exc:
+            if mod._isolated and mod.sandbox.lost:  # type: ignore[union-attr]
+                # Its worker died with no request in flight (after a trip ended the
+                # dispatcher, nothing asked it anything): found only now. This call fails
+                # as a crash, as one in flight would; the mod is built again in a fresh
+                # worker before its next call.
+                self._report.calls += 1
+                mod.stats.calls += 1
+                self._fail(mod, label, where, WorkerCrashed(
+                    f"its worker was lost while idle ({exc}); the mod is restored from its "
+                    "last snapshot in a fresh worker", chunk=mod.chunk))
+                mod._epoch += 1
+                return None
             self._lost(mod, f"lost its runtime: {exc}")
             return None
         return mod._run

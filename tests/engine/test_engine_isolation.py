@@ -6,6 +6,8 @@ Budget tests assert kinds and counts; wall bounds are generous (a shared 2-core 
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import psutil
@@ -186,6 +188,31 @@ def test_a_killed_worker_costs_one_call_and_the_mod_goes_on(make_game, hooked_po
     assert mod.state == {"loads": 1, "n": 4}
     game.run(2)
     assert mod.state["n"] == 6 and mod.failures_in_a_row == mod.trips_in_a_row == 0
+
+
+def test_a_worker_lost_while_idle_after_a_trip_is_replaced_not_quarantined(make_game,
+                                                                          hooked_pool):
+    """A trip ends the mod's dispatcher; its worker then dies with no request in flight
+    (killed from outside). Starting the dispatcher again finds the worker gone: that call
+    fails as a crash, and the mod is built again before its next call."""
+    game = _isolated(make_game, hooked_pool, budget=Budget(wall_s=5, steps=100_000))
+    mod = game.load_mod("victim", COUNTER.replace("{bad}", "if t == 2 then while true do end end"))
+    game.run(1)
+    (trip,) = game.tick().failures  # tick 2: the trip ends the dispatcher
+    assert trip.error.kind == "budget"
+    pid = mod.sandbox.pid
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:  # dead; its parent reaps it
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    report = game.tick()  # tick 3: the dead worker is found when the dispatcher starts
+    assert [f.error.kind for f in report.failures] == ["crashed"]
+    assert mod.quarantine is None
+    report = game.tick()  # tick 4: built again in a fresh worker, and it goes on
+    assert report.restored == ["victim"] and not report.failures
+    assert mod.quarantine is None and mod.sandbox.pid not in (None, pid)
+    assert mod.state["n"] == 3  # ticks 1, 2 (then its trip) and 4: tick 3's call was lost
 
 
 def test_a_rebuilt_mod_does_not_repeat_what_its_main_chunk_did(make_game, hooked_pool):
