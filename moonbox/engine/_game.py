@@ -180,15 +180,16 @@ class Game:
             killed (the call gets a ``time`` trip); default 1 s.
         pool: run the mods in this pool's workers instead of the game's own (the game
             does not close it; its mod ids must be free in it). ``workers`` and
-            ``worker_memory_bytes`` are the pool's own then. The game's own pool keeps
-            one spare worker booted, so that a lost worker is replaced without a tick
-            waiting for a process to start; a pool of your own sets how many
-            (``WorkerPool(spare_workers=...)``).
+            ``worker_memory_bytes`` are the pool's own then.
+        spare_workers: worker processes the game's own pool keeps booted beside its
+            workers (default 1), so that a lost worker is replaced without a tick waiting
+            ~0.4 s for a process to start; each holds a process's memory (~35 MiB). 0:
+            none.
 
     Raises:
         ConfigError: an unknown ``isolation``, isolation options without
-            ``isolation="process"``, ``workers`` below 1, or both a ``pool`` and the
-            settings it already has. (Workers start with the first mods:
+            ``isolation="process"``, ``workers`` below 1, ``spare_workers`` below 0, or
+            both a ``pool`` and the settings it already has. (Workers start with the first mods:
             :meth:`load_mod` raises ``HostError`` if one cannot.)
     """
 
@@ -207,18 +208,23 @@ class Game:
         worker_memory_bytes: int | None = None,
         wall_margin_s: float | None = None,
         pool: WorkerPool | None = None,
+        spare_workers: int | None = None,
     ) -> None:
         if isolation not in ("none", "process"):
             raise ConfigError(f"isolation must be 'none' or 'process', not {isolation!r}")
         if isolation == "none" and (workers is not None or worker_memory_bytes is not None
-                                    or wall_margin_s is not None or pool is not None):
-            raise ConfigError("workers, worker_memory_bytes, wall_margin_s and pool are "
-                              "options of isolation='process'")
-        if pool is not None and (workers is not None or worker_memory_bytes is not None):
-            raise ConfigError("a pool has its own workers and memory limit: give either the "
-                              "pool or workers/worker_memory_bytes")
+                                    or wall_margin_s is not None or pool is not None
+                                    or spare_workers is not None):
+            raise ConfigError("workers, worker_memory_bytes, spare_workers, wall_margin_s and "
+                              "pool are options of isolation='process'")
+        if pool is not None and (workers is not None or worker_memory_bytes is not None
+                                 or spare_workers is not None):
+            raise ConfigError("a pool has its own workers, memory limit and spares: give "
+                              "either the pool or workers/worker_memory_bytes/spare_workers")
         if workers is not None and (not isinstance(workers, int) or workers < 1):
             raise ConfigError("workers must be an int, 1 or more")
+        if spare_workers is not None and (type(spare_workers) is not int or spare_workers < 0):
+            raise ConfigError("spare_workers must be an int, 0 or more")
         self.isolation: Isolation = isolation
         self.wall_margin_s = DEFAULT_WALL_MARGIN_S if wall_margin_s is None else wall_margin_s
         if not (isinstance(self.wall_margin_s, (int, float))
@@ -230,7 +236,8 @@ class Game:
             self.pool = WorkerPool(
                 DEFAULT_WORKERS if workers is None else workers,
                 memory_limit_bytes=(DEFAULT_MEMORY_LIMIT_BYTES if worker_memory_bytes is None
-                                    else worker_memory_bytes))
+                                    else worker_memory_bytes),
+                spare_workers=1 if spare_workers is None else spare_workers)
         self._stats_read = 0.0
         self.world = world if world is not None else World()
         self._own_registry = registry is None

@@ -223,3 +223,19 @@ def test_a_worker_closed_while_it_starts_reaps_its_process(monkeypatch):
     finally:
         monkeypatch.undo()
         worker.close()
+
+
+def test_a_game_sets_its_own_pools_spares():
+    with Game(isolation="process", workers=1, spare_workers=0) as game:
+        game.load_mod("m", 'on("tick", function() end)')
+        assert game.pool.spare_pids == ()
+    with Game(isolation="process", workers=1) as game:
+        game.load_mod("m", 'on("tick", function() end)')
+        assert len(game.pool.spare_pids) == 1
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ConfigError):
+            Game(isolation="process", spare_workers=bad)
+    with pytest.raises(ConfigError):
+        Game(spare_workers=1)  # an option of isolation="process"
+    with WorkerPool(1) as pool, pytest.raises(ConfigError):
+        Game(isolation="process", pool=pool, spare_workers=0)  # the pool has its own
