@@ -8,8 +8,9 @@ the engine library and before the main chunk (:meth:`Game.load_mod`'s ``prepare`
    definer under a one-off name;
 2. it compiles every Lua file of the package through the sandbox's normal
    :meth:`~moonbox.sandbox.Sandbox.load` (source text only, instrumented, budgeted), as the
-   chunk ``@mods/<id>/<path>``, wrapped on its first line so that running it only hands its
-   body, a function, to the definer: line numbers stay the file's own;
+   chunk ``@mods/<id>/<path>``: first alone (a file must be a valid chunk by itself, so it
+   cannot close the wrapper below), then wrapped on its first line so that running it only
+   hands its body, a function, to the definer: line numbers stay the file's own;
 3. it removes the definer from the environment.
 
 A syntax error in any file is therefore found at load time, with its file and line, even in
@@ -75,6 +76,14 @@ def preparer(package: ModPackage) -> Callable[[Sandbox], None]:
                REQUIRE_CHUNK)
         for path, text in sorted(modules.items()):
             chunk = package.chunk(path)
+            # Compiled alone first: a file that is a valid chunk by itself is a function
+            # body that cannot close its wrapper, so defining it runs none of its code.
+            # (One that tries, `end) ... (function()`, is refused here as the syntax error
+            # it is.) It costs one more compile of each file per load.
+            alone = sandbox.load(text, chunk)
+            unload = getattr(sandbox, "unload", None)
+            if unload is not None:  # an isolated sandbox keeps its chunks for its snapshot
+                unload(alone)
             _check(sandbox.run(_wrap(text, define, path), chunk, max_resumes=1), chunk)
         _check(sandbox.run(f"{define} = nil", "=(moonbox mods)", max_resumes=1),
                "=(moonbox mods)")
