@@ -15,13 +15,17 @@ overhead per round trip is (isolated - in process) / (1 + binding calls). Target
 
 from __future__ import annotations
 
+import os
 import statistics
+import struct
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
+import msgpack
 import pytest
 
 import moonbox
@@ -149,18 +153,13 @@ class RawPipeFloor:
     ``["run", 1]`` and reads ``["r", 1]``."""
 
     def __init__(self) -> None:
-        import os
-        import subprocess
-
-        import msgpack
-
         to_r, self._to_w = os.pipe()
         self._from_r, from_w = os.pipe()
         self._proc = subprocess.Popen([sys.executable, "-c", _RAW_WORKER, str(to_r), str(from_w)],
                                       pass_fds=(to_r, from_w))
         os.close(to_r)
         os.close(from_w)
-        packer, head = msgpack.Packer(use_bin_type=True), _struct_head()
+        packer, head = msgpack.Packer(use_bin_type=True), struct.Struct("<I")
         unpack, read, write = msgpack.unpackb, os.read, os.write
         rfd, wfd = self._from_r, self._to_w
 
@@ -173,17 +172,9 @@ class RawPipeFloor:
         assert call() == 1
 
     def close(self) -> None:
-        import os
-
         os.close(self._to_w)
         self._proc.wait(timeout=10)
         os.close(self._from_r)
-
-
-def _struct_head() -> Any:
-    import struct
-
-    return struct.Struct("<I")
 
 
 def test_raw_pipe_floor(benchmark: Any) -> None:

@@ -189,8 +189,8 @@ class Game:
     Raises:
         ConfigError: an unknown ``isolation``, isolation options without
             ``isolation="process"``, ``workers`` below 1, ``spare_workers`` below 0, or
-            both a ``pool`` and the settings it already has. (Workers start with the first mods:
-            :meth:`load_mod` raises ``HostError`` if one cannot.)
+            both a ``pool`` and the settings it already has. (Workers start with the
+            first mods: :meth:`load_mod` raises ``HostError`` if one cannot.)
     """
 
     def __init__(

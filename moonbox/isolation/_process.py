@@ -328,10 +328,6 @@ class SpareWorkers:
         with self._lock:
             return tuple(b.proc.pid for b in self._spares)
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def close(self) -> None:
         """Kill and reap every spare; later takes are refused. Idempotent."""
         with self._lock:

@@ -704,12 +704,17 @@ local function metered_sort(t, lt)
   end
 end
 
+-- The rule above, for n values of t: `native` sorts up to SORT_NATIVE_MAX, charged first.
+local function charged_sort(t, n, lt, native)
+  if n > SORT_NATIVE_MAX then return metered_sort(t, lt) end
+  if n > 1 then charge(floor(n * (log(n) / log(2) + 1) / COMPARISONS_PER_STEP) + 1) end
+  return native(t, lt)
+end
+
 local guarded_sort = depth_guarded(t_sort, "table.sort")
 function wrapped_lib.table.sort(t, lt)
   if type(t) == "table" and (lt == nil or type(lt) == "function") then
-    local n = #t
-    if n > SORT_NATIVE_MAX then return metered_sort(t, lt) end
-    if n > 1 then charge(floor(n * (log(n) / log(2) + 1) / COMPARISONS_PER_STEP) + 1) end
+    return charged_sort(t, #t, lt, guarded_sort)
   end
   return guarded_sort(t, lt)
 end
@@ -961,17 +966,10 @@ local function key_less(a, b)
   return object_id(a) < object_id(b)
 end
 
--- As table.sort does: up to SORT_NATIVE_MAX keys the native sort, charged first; more are
--- sorted in metered Lua, charged as they go (a mod can choose number keys whose order
--- makes a quicksort quadratic, and one native call would then run unmetered for seconds).
--- The keys are distinct and totally ordered: every correct sort gives the same order.
-local function sort_keys(list, count, lt)
-  if count <= 1 then return end
-  if count > SORT_NATIVE_MAX then return metered_sort(list, lt) end
-  charge(floor(count * (log(count) / log(2) + 1) / COMPARISONS_PER_STEP) + 1)
-  t_sort(list, lt)
-end
-
+-- Keys are sorted as table.sort sorts (charged_sort): a mod can choose number keys whose
+-- order makes a quicksort quadratic, and one native call of any length would then run
+-- unmetered for seconds. The keys are distinct and totally ordered: every correct sort
+-- gives the same order.
 -- Numbers and strings are sorted apart, each by the runtime's own comparison (no Lua
 -- comparator to call per comparison: several times faster), then put in KEY_RANK order:
 -- the same order key_less gives.
@@ -999,15 +997,15 @@ local function ordered_pairs(t)
   local n = n_nums + n_strs + (has_false and 1 or 0) + (has_true and 1 or 0)
     + (others and #others or 0)
   charge_work(n)
-  sort_keys(nums, n_nums)
-  sort_keys(strs, n_strs)
+  charged_sort(nums, n_nums, nil, t_sort)
+  charged_sort(strs, n_strs, nil, t_sort)
   local keys = nums
   for i = 1, n_strs do keys[n_nums + i] = strs[i] end
   n = n_nums + n_strs
   if has_false then n = n + 1 keys[n] = false end
   if has_true then n = n + 1 keys[n] = true end
   if others then
-    sort_keys(others, #others, key_less)
+    charged_sort(others, #others, key_less, t_sort)
     for i = 1, #others do keys[n + i] = others[i] end
     n = n + #others
   end
