@@ -16,6 +16,7 @@ overhead per round trip is (isolated - in process) / (1 + binding calls). Target
 from __future__ import annotations
 
 import os
+import select
 import statistics
 import struct
 import subprocess
@@ -32,6 +33,7 @@ import moonbox
 from moonbox import Budget, Registry
 from moonbox.engine import Game
 from moonbox.isolation import IsolatedSandbox, WorkerPool
+from moonbox.isolation._protocol import spin_window
 from moonbox.world import World, world_bindings
 
 HANDLERS = {
@@ -130,15 +132,24 @@ def test_engine_tick(benchmark: Any, isolation: str, handler: str) -> None:
 
 # The floor under any process isolation here: a worker process running a raw LuaJIT
 # function (no sandbox) for each request, a 4-byte length and a msgpack body each way over
-# two blocking pipes, nothing checked. Its round trip less the same call in process is
-# what the pipes, the frames and the two wake-ups cost by themselves.
+# two pipes, nothing checked. Each side busy-waits for the other's frame as moonbox's do
+# (``poll`` without waiting, for the same window), then sleeps in ``poll``. Its round trip
+# less the same call in process is what the pipes, the frames and the waits cost by
+# themselves.
 _RAW_WORKER = """
-import os, struct, sys, msgpack
+import os, select, struct, sys, time, msgpack
 from moonbox._bench import raw_luajit
-rfd, wfd = int(sys.argv[1]), int(sys.argv[2])
+rfd, wfd, window = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 fn = raw_luajit().eval("function(x) return x end")
 packer, head = msgpack.Packer(use_bin_type=True), struct.Struct("<I")
+poll = select.poll()
+poll.register(rfd, select.POLLIN)
+ready, clock = poll.poll, time.monotonic
 while True:
+    end = clock() + window
+    while not ready(0) and clock() < end:
+        pass
+    ready(None)
     data = os.read(rfd, 65536)
     if not data:
         break
@@ -155,17 +166,25 @@ class RawPipeFloor:
     def __init__(self) -> None:
         to_r, self._to_w = os.pipe()
         self._from_r, from_w = os.pipe()
-        self._proc = subprocess.Popen([sys.executable, "-c", _RAW_WORKER, str(to_r), str(from_w)],
-                                      pass_fds=(to_r, from_w))
+        window = spin_window()
+        self._proc = subprocess.Popen([sys.executable, "-c", _RAW_WORKER, str(to_r), str(from_w),
+                                       str(window)], pass_fds=(to_r, from_w))
         os.close(to_r)
         os.close(from_w)
         packer, head = msgpack.Packer(use_bin_type=True), struct.Struct("<I")
         unpack, read, write = msgpack.unpackb, os.read, os.write
         rfd, wfd = self._from_r, self._to_w
+        poll = select.poll()
+        poll.register(rfd, select.POLLIN)
+        ready, clock = poll.poll, time.monotonic
 
         def call() -> Any:
             body = packer.pack(["run", 1])
             write(wfd, head.pack(len(body)) + body)
+            end = clock() + window
+            while not ready(0) and clock() < end:
+                pass
+            ready(None)
             return unpack(read(rfd, 65536)[4:], raw=False)[1]
 
         self.call = call

@@ -19,11 +19,13 @@ import psutil
 from .._errors import HostError, SandboxClosed, ScriptError
 from ._protocol import (
     EXIT_OUT_OF_MEMORY,
+    SPIN_ENV,
     FrameCorrupt,
     FrameError,
     FrameReader,
     FrameTimeout,
     FrameWriter,
+    spin_window,
 )
 from ._worker import TEST_HOOKS_ENV
 
@@ -176,6 +178,7 @@ _ENV_ALLOWED = frozenset({
     "PYTHONHASHSEED",   # the same hashing as the host (reproducible runs)
     "PYTHONUTF8",       # text encoding of the interpreter
     "PYTHONIOENCODING",
+    SPIN_ENV,           # both sides busy-wait alike
     "PYTHONDONTWRITEBYTECODE",
     "LD_LIBRARY_PATH",  # an interpreter or LuaJIT linked against libraries off the default path
     "LANG",             # locale (also every LC_* variable, below)
@@ -405,7 +408,7 @@ class WorkerProcess:
         proc, pipes = boot.proc, boot.pipes
         self._proc = proc
         self._pipes = pipes
-        self._reader = FrameReader(pipes.read_fd, functions=True)
+        self._reader = FrameReader(pipes.read_fd, functions=True, spin_s=spin_window())
         self._writer = FrameWriter(pipes.write_fd)
         self._killed_for: LossCause | None = None
         self._abandoned = False

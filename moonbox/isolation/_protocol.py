@@ -15,7 +15,9 @@ pipe holds in one system call, keeping bytes past the frame for the next one.
 
 from __future__ import annotations
 
+import math
 import os
+import resource
 import select
 import struct
 import time
@@ -49,9 +51,44 @@ MAX_FRAME_BYTES = 256 << 20
 # The msgpack extension code of a function reference (worker to host only).
 FUNCTION_EXT = 1
 
+# The environment variable that sets how long a reader busy-waits for a frame before it
+# sleeps, in microseconds (0: never). The worker inherits it (see _process).
+SPIN_ENV = "MOONBOX_ISOLATION_SPIN_US"
+DEFAULT_SPIN_US = 100.0
+MAX_SPIN_US = 10_000.0
+
+# Busy-waiting pays only when the other side has a CPU of its own. When something else
+# keeps the CPUs busy, the scheduler preempts this thread often (a few per second on an
+# otherwise idle machine here; thousands with one more busy process): past this rate,
+# measured over each interval, the reader sleeps at once until the next interval's rate
+# is back under it.
+_PREEMPTIONS_PER_S = 250.0
+_CONTENTION_CHECK_S = 0.05
+_RUSAGE_WHO = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+
 _HEADER = struct.Struct("<I")
 _READ_BYTES = 1 << 16
 _read, _monotonic, _unpackb = os.read, time.monotonic, msgpack.unpackb
+
+
+def spin_window() -> float:
+    """How long a reader busy-waits for the other side's next frame before it sleeps, in
+    seconds: :data:`SPIN_ENV` if set (clamped to 0..10 ms; one that is not a number is
+    ignored), otherwise 100 µs when this process may run on two CPUs or more, and 0 on one
+    (where the other side could only run once this one stops waiting)."""
+    raw = os.environ.get(SPIN_ENV)
+    if raw is not None:
+        try:
+            us = float(raw)
+        except ValueError:
+            us = math.nan
+        if us == us:  # not NaN
+            return min(max(us, 0.0), MAX_SPIN_US) / 1e6
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity on this platform
+        cpus = os.cpu_count() or 1
+    return DEFAULT_SPIN_US / 1e6 if cpus >= 2 else 0.0
 
 
 class FrameError(Exception):
@@ -187,23 +224,83 @@ class FrameReader:
     """Reads frames from one pipe, a large read at a time: a frame usually arrives whole in
     one system call, and bytes past it wait in the buffer for the next frame.
 
+    A reader may busy-wait for a frame before it sleeps in ``poll``: host and worker answer
+    each other within tens of microseconds, and waking a process that slept costs about as
+    much again (the scheduler, and on a virtual machine the idle CPU's wake-up). It does so
+    only while frames keep coming within the window: a wait that outlasts it ends the
+    busy-waiting, and the next wait that ends within it starts it again, so a side that
+    waits long (an idle worker, a slow handler) spends at most one window of CPU on it.
+
     Args:
-        fd: the pipe's read end: non-blocking when reads keep deadlines (the host's side).
+        fd: the pipe's read end: non-blocking when reads keep deadlines (the host's side)
+            or when the reader busy-waits.
         functions: accept function references (the host reading a worker).
+        spin_s: the busy-wait window in seconds (0: sleep at once); see
+            :func:`spin_window`. Needs a non-blocking ``fd``, unless ``sets_blocking``.
+        sets_blocking: the reader sets ``fd`` non-blocking itself while it may busy-wait,
+            and blocking while the CPUs are contended, when a plain read is the cheapest
+            sleep (a reader that keeps no deadlines: the worker's side).
     """
 
-    __slots__ = ("fd", "_buffer", "_poller", "_ext")
+    __slots__ = ("fd", "_buffer", "_poller", "_ext", "_window", "_hot", "contended",
+                 "_next_check", "_checked_at", "_preemptions", "_sets_blocking",
+                 "_nonblocking")
 
-    def __init__(self, fd: int, *, functions: bool = False) -> None:
+    def __init__(self, fd: int, *, functions: bool = False, spin_s: float = 0.0,
+                 sets_blocking: bool = False) -> None:
         self.fd = fd
         self._buffer = b""
         self._poller: _Poller | None = None
         self._ext = _ext_hook if functions else None
+        self._window = spin_s
+        self._hot = spin_s > 0
+        self._sets_blocking = sets_blocking
+        if sets_blocking:
+            os.set_blocking(fd, not spin_s)
+        self._nonblocking = not os.get_blocking(fd)
+        # Whether the CPUs were contended over the last interval (see _PREEMPTIONS_PER_S).
+        self.contended = False
+        self._next_check = 0.0
+        self._checked_at = _monotonic()
+        self._preemptions = resource.getrusage(_RUSAGE_WHO).ru_nivcsw if spin_s > 0 else 0
 
     def pending(self) -> bool:
         """A whole frame is already buffered (no need to wait for the pipe)."""
         buf = self._buffer
         return len(buf) >= 4 and len(buf) - 4 >= _HEADER.unpack_from(buf)[0]
+
+    def _check_contention(self, now: float) -> None:
+        """How often the scheduler preempted this thread since the last check: above
+        :data:`_PREEMPTIONS_PER_S`, the CPUs are contended and the reader sleeps at once."""
+        preemptions = resource.getrusage(_RUSAGE_WHO).ru_nivcsw
+        elapsed = now - self._checked_at
+        contended = preemptions - self._preemptions > _PREEMPTIONS_PER_S * elapsed
+        self._preemptions, self._checked_at = preemptions, now
+        self._next_check = now + _CONTENTION_CHECK_S
+        if contended != self.contended:
+            self.contended = contended
+            if self._sets_blocking:
+                os.set_blocking(self.fd, contended)
+                self._nonblocking = not contended
+
+    def _spin(self, began: float, deadline: float | None) -> bytes | None:
+        """Busy-wait for data until the window (or the deadline) ends: what one read took
+        (``b""`` at the end of the pipe), or ``None`` when nothing came. It asks ``poll``
+        without waiting: a failed read would cost an exception each time round."""
+        end = began + self._window
+        if deadline is not None and deadline < end:
+            end = deadline
+        poller = self._poller
+        if poller is None:
+            poller = self._poller = _Poller(self.fd, select.POLLIN)
+        ready = poller._poll.poll
+        while not ready(0):
+            if _monotonic() >= end:
+                return None
+        try:
+            return _read(self.fd, _READ_BYTES)
+        except OSError:  # BlockingIOError included: the caller's own read meets it again
+            return None
 
     def _read_some(self, size: int, deadline: float | None) -> bytes:
         fd = self.fd
@@ -235,20 +332,31 @@ class FrameReader:
                 stays buffered).
             OSError: reading the pipe failed.
         """
-        buf = self._buffer
+        buf: bytes | None = self._buffer
         if not buf:
             # The usual frame: the pipe holds it whole, and nothing after it. One wait and
             # one read, written out (this runs twice per round trip).
-            if deadline is not None:
-                poller = self._poller
-                if poller is None:
-                    poller = self._poller = _Poller(self.fd, select.POLLIN)
-                if not poller._poll.poll(max(0, int((deadline - _monotonic()) * 1000) + 1)):
-                    raise FrameTimeout("the deadline passed in the middle of a frame")
-            try:
-                buf = _read(self.fd, _READ_BYTES)
-            except BlockingIOError:
-                buf = self._read_some(_READ_BYTES, deadline)
+            window = self._window
+            if window:
+                began = _monotonic()
+                if began >= self._next_check:
+                    self._check_contention(began)
+                if self._hot and not self.contended:
+                    buf = self._spin(began, deadline)
+            if not buf:
+                if deadline is not None or self._nonblocking:  # wait, then read
+                    poller = self._poller
+                    if poller is None:
+                        poller = self._poller = _Poller(self.fd, select.POLLIN)
+                    if not poller._poll.poll(None if deadline is None else
+                                             max(0, int((deadline - _monotonic()) * 1000) + 1)):
+                        raise FrameTimeout("the deadline passed in the middle of a frame")
+                try:
+                    buf = _read(self.fd, _READ_BYTES)
+                except BlockingIOError:
+                    buf = self._read_some(_READ_BYTES, deadline)
+                if window:
+                    self._hot = _monotonic() - began <= window
             if not buf:
                 raise FrameError("the pipe closed")
             got = len(buf)

@@ -183,7 +183,8 @@ class _Worker:
         self._Sandbox = Sandbox
         self._ValueLimits = ValueLimits
         self.p = _protocol
-        self.reader = _protocol.FrameReader(read_fd)
+        self.reader = _protocol.FrameReader(read_fd, spin_s=_protocol.spin_window(),
+                                            sets_blocking=True)
         self.writer = _protocol.FrameWriter(write_fd)
         self.sandboxes: dict[int, Any] = {}
         self.chunks: dict[tuple[int, int], Any] = {}

@@ -1,0 +1,222 @@
+"""Frames between host and worker, read and written in one process over a real pipe: whole,
+split across reads, busy-waited for or slept on, under deadlines."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from moonbox.isolation import _protocol
+from moonbox.isolation._protocol import (
+    SPIN_ENV,
+    FrameError,
+    FrameReader,
+    FrameTimeout,
+    pack,
+    spin_window,
+)
+
+
+@pytest.fixture
+def pipe() -> Iterator[tuple[int, int]]:
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    yield r, w
+    for fd in (r, w):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _later(seconds: float, fn, *args) -> threading.Thread:
+    def go() -> None:
+        time.sleep(seconds)
+        fn(*args)
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    return thread
+
+
+# -- the busy-wait window ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("raw", "seconds"), [
+    ("0", 0.0), ("250", 250e-6), ("1e9", _protocol.MAX_SPIN_US / 1e6), ("-5", 0.0),
+    ("12.5", 12.5e-6),
+])
+def test_the_window_is_read_from_the_environment_and_clamped(monkeypatch, raw, seconds):
+    monkeypatch.setenv(SPIN_ENV, raw)
+    assert spin_window() == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("raw", ["", "lots", "nan"])
+def test_a_window_that_is_no_number_falls_back_to_the_default(monkeypatch, raw):
+    monkeypatch.setenv(SPIN_ENV, raw)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert spin_window() == _protocol.DEFAULT_SPIN_US / 1e6
+
+
+@pytest.mark.parametrize(("cpus", "seconds"), [(1, 0.0), (2, 100e-6), (8, 100e-6)])
+def test_the_default_window_busy_waits_only_with_a_second_cpu(monkeypatch, cpus, seconds):
+    monkeypatch.delenv(SPIN_ENV, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)))
+    assert spin_window() == pytest.approx(seconds)
+
+
+def test_the_worker_inherits_the_window(monkeypatch):
+    from moonbox.isolation._process import worker_environment
+
+    monkeypatch.setenv(SPIN_ENV, "0")
+    assert worker_environment(False)[SPIN_ENV] == "0"
+
+
+# -- reading -------------------------------------------------------------------------------
+
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False) | st.text(max_size=40) | st.binary(max_size=40),
+    lambda inner: st.lists(inner, max_size=5)
+    | st.dictionaries(st.text(max_size=8), inner, max_size=5),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=st.lists(_values, min_size=1, max_size=6),
+       cuts=st.lists(st.integers(0, 400), max_size=6),
+       pauses=st.lists(st.sampled_from([0.0, 0.0005, 0.003]), min_size=7, max_size=7),
+       spin=st.sampled_from([0.0, 0.002]))
+def test_frames_come_out_as_they_went_in_however_the_bytes_arrive(values, cuts, pauses, spin):
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    try:
+        data = b"".join(pack(v) for v in values)
+        bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
+
+        def write() -> None:  # the bytes in pieces, with pauses between (some past the window)
+            for (start, end), pause in zip(itertools.pairwise(bounds), pauses, strict=False):
+                time.sleep(pause)
+                os.write(w, data[start:end])
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        reader = FrameReader(r, spin_s=spin)
+        got = [reader.read(time.monotonic() + 30) for _ in values]
+        writer.join()
+        assert got == values
+        assert not reader.pending()
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_busy_waiting_reader_takes_a_frame_that_comes_within_its_window(pipe):
+    r, w = pipe
+    reader = FrameReader(r, spin_s=5.0)
+    _later(0.02, os.write, w, pack(["r", 1]))
+    assert reader.read(time.monotonic() + 30) == ["r", 1]
+    assert reader._hot  # it came within the window: the reader goes on busy-waiting
+
+
+def test_a_wait_past_the_window_stops_the_busy_waiting_and_a_short_one_starts_it(pipe):
+    r, w = pipe
+    reader = FrameReader(r, spin_s=0.001)
+    _later(0.1, os.write, w, pack(["late"]))
+    assert reader.read(time.monotonic() + 30) == ["late"]
+    assert not reader._hot  # the next wait sleeps at once
+    os.write(w, pack(["soon"]))
+    assert reader.read(time.monotonic() + 30) == ["soon"]
+    assert reader._hot  # that one took no time: busy-waiting again
+
+
+def test_busy_waiting_keeps_the_deadline(pipe):
+    r, _ = pipe
+    reader = FrameReader(r, spin_s=5.0)
+    began = time.monotonic()
+    with pytest.raises(FrameTimeout):
+        reader.read(began + 0.05)
+    assert time.monotonic() - began < 3  # the deadline, not the 5 s window
+
+
+def test_a_pipe_closed_while_the_reader_busy_waits_is_the_end(pipe):
+    r, w = pipe
+    reader = FrameReader(r, spin_s=5.0)
+    _later(0.02, os.close, w)
+    with pytest.raises(FrameError):
+        reader.read(time.monotonic() + 30)
+
+
+def test_a_frame_split_across_the_window_is_read_whole(pipe):
+    r, w = pipe
+    reader = FrameReader(r, spin_s=0.001)
+    frame = pack(["r", "x" * 1000])
+    os.write(w, frame[:7])
+    _later(0.05, os.write, w, frame[7:])
+    assert reader.read(time.monotonic() + 30) == ["r", "x" * 1000]
+
+
+def test_a_reader_without_a_deadline_waits_for_as_long_as_it_takes(pipe):
+    r, w = pipe
+    for spin in (0.0, 0.001):
+        reader = FrameReader(r, spin_s=spin)
+        _later(0.05, os.write, w, pack(["ok", spin]))
+        assert reader.read() == ["ok", spin]
+
+
+class _Preemptions:
+    """A stand-in for ``resource.getrusage``: the involuntary context switches so far."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, who: int) -> object:
+        return type("Usage", (), {"ru_nivcsw": self.count})()
+
+
+def test_a_reader_on_contended_cpus_sleeps_at_once_and_spins_again_when_they_calm(
+        monkeypatch, pipe):
+    r, w = pipe
+    preemptions = _Preemptions()
+    monkeypatch.setattr(_protocol.resource, "getrusage", preemptions)
+    reader = FrameReader(r, spin_s=5.0, sets_blocking=True)
+    assert not os.get_blocking(r)  # it may busy-wait: reads must not block
+    spins = []
+    real_spin = FrameReader._spin
+    monkeypatch.setattr(FrameReader, "_spin",
+                        lambda self, *a: spins.append(1) or real_spin(self, *a))
+
+    reader._next_check = 0.0
+    preemptions.count += 10_000  # preempted thousands of times a second: contended
+    os.write(w, pack(["a"]))
+    assert reader.read() == ["a"]
+    assert reader.contended and not spins
+    assert os.get_blocking(r)  # sleeping in a plain read, the cheapest way
+
+    reader._next_check = 0.0  # a later interval: no preemption since
+    _later(0.02, os.write, w, pack(["b"]))
+    assert reader.read() == ["b"]
+    assert not reader.contended and spins
+    assert not os.get_blocking(r)
+
+
+def test_a_reader_that_keeps_deadlines_leaves_its_pipe_non_blocking(monkeypatch, pipe):
+    r, w = pipe
+    preemptions = _Preemptions()
+    monkeypatch.setattr(_protocol.resource, "getrusage", preemptions)
+    reader = FrameReader(r, spin_s=5.0)
+    reader._next_check = 0.0
+    preemptions.count += 10_000
+    began = time.monotonic()
+    with pytest.raises(FrameTimeout):
+        reader.read(began + 0.05)
+    assert reader.contended and not os.get_blocking(r)
+    assert time.monotonic() - began < 3
