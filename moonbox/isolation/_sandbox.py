@@ -158,7 +158,13 @@ class _Watch:
         (a ``run`` of ``max_resumes`` resumes: ``max_resumes - 1``; a ``resume``: none)."""
         self.wall_s = wall_s
         self.ticks = ticks
-        self._restart(now)
+        # _restart(now), written out: every request begins here.
+        sb = self.sandbox
+        sb._start, sb._deadline = now, now + wall_s
+        margin = sb.wall_margin_s
+        self.deadline = deadline = now + wall_s + margin
+        self.limit = deadline + margin
+        self.overdue = False
 
     def tick(self) -> bool:
         """The worker says the request's next resume begins; whether it may (a worker
@@ -236,8 +242,9 @@ class IsolatedRun(_Reports):
     def _open(self) -> bool:
         """Resumable: not finished, and its sandbox still lives in the worker that holds it."""
         sb = self.sandbox
+        worker = sb._worker  # sb.lost, written out: the engine asks before every call
         return (self.status not in _FINISHED and not sb._closed and sb._made == self._made
-                and not sb.lost)
+                and sb._generation == worker.generation and not worker._down)
 
     @property
     def stats(self) -> Stats:
@@ -254,14 +261,17 @@ class IsolatedRun(_Reports):
         if self.status in _FINISHED:
             raise SandboxClosed(f"the run of {self.chunk.name} is finished ({self.status})")
         sb._check_open()
-        if sb._made != self._made or sb.lost:
+        worker = sb._worker  # sb.lost, written out
+        if (sb._made != self._made or sb._generation != worker.generation
+                or worker._down):
             self.status = "error"
             raise SandboxClosed(f"the run of {self.chunk.name} was lost with its worker; "
                                 "start it again")
         first = len(self.reports)
         frame = ["resume", sb._id, self._id, args,
                  None if budget is None else sb._budget_frame(budget)]
-        outcome = sb._exchange(frame, budget or sb.budget, self.chunk.name, self, first)
+        outcome = sb._exchange(frame, budget or sb.budget, self.chunk.name, self, first,
+                               checked=True)
         self.resumes += 1
         s = outcome[4]
         self._steps += s[0]
@@ -686,7 +696,13 @@ class IsolatedSandbox:
             SandboxClosed: a function that was released or lost with its worker.
         """
         budget_frame = None if budget is None else self._budget_frame(budget)
-        if isinstance(source, FunctionHandle):
+        if type(source) is IsolatedChunk:  # the usual case first
+            if source._sandbox_id != self._id or source._id not in self._chunks:
+                self._own(source)  # raises
+            name = source.name
+            frame = ["run", self._id, source._id, None, name, list(args), max_resumes,
+                     budget_frame]
+        elif isinstance(source, FunctionHandle):
             self._own_function(source)
             name = source.chunk
             frame = ["run", self._id, None, None, name, list(args), max_resumes, budget_frame,
@@ -709,16 +725,18 @@ class IsolatedSandbox:
         return None if budget is self.budget or budget == self.budget else budget.model_dump()
 
     def _exchange(self, frame: list[Any], budget: Budget, name: str, run: _Reports,
-                  first_report: int, ticks: int = 0) -> Outcome:
+                  first_report: int, ticks: int = 0, checked: bool = False) -> Outcome:
         """Send a request that runs mod code, under the watchdog; an outcome either way.
         ``ticks``: the resumes past the first the request may begin (tick frames).
+        ``checked``: the caller made sure the sandbox is open.
 
         Raises:
             HostError: a run of this sandbox is running (a host function serving it called
                 back into the same mod), refused as in process before the request in
                 flight is touched: its watchdog, deadline and reports stay its own.
         """
-        self._check_open()
+        if not checked:
+            self._check_open()
         if self._running is not None:
             raise HostError("a run cannot be resumed while another run of the sandbox runs")
         worker = self._worker
@@ -753,16 +771,15 @@ class IsolatedSandbox:
             WorkerLost: the answer is malformed (the worker is killed).
             HostError, SandboxClosed, ConfigError: the worker refused the request.
         """
-        kind = reply[0]
-        if kind != "r":
+        if reply[0] != "r" or len(reply) != 9:
+            kind = reply[0]
             if kind == "script":
                 return Outcome("error", (), self._decode_error(reply), reports)
+            if kind == "r":
+                raise self._worker.violation(f"a malformed result: {str(reply)[:80]}")
             self._check(reply)
             raise self._worker.violation(f"an answer of kind {kind!r} to a run")
-        try:
-            _, status, values, steps, peak, wall_s, error, snapshot, replaced = reply
-        except ValueError:
-            raise self._worker.violation(f"a malformed result: {str(reply)[:80]}") from None
+        _, status, values, steps, peak, wall_s, error, snapshot, replaced = reply
         if (type(status) is not str or type(values) is not list or type(steps) is not int
                 or type(peak) is not int or type(wall_s) not in _NUMBERS
                 or type(replaced) is not int
@@ -772,6 +789,8 @@ class IsolatedSandbox:
         if error is None:
             outcome = _tuple_new(Outcome, (status, tuple(values), None, reports,
                                            _tuple_new(Stats, (steps, peak, wall_s))))
+            if snapshot is None and replaced == self._replaced_here:
+                return outcome  # the usual answer: nothing more to take from it
         else:
             try:
                 outcome = Outcome(status, (), decode_error(error), reports,

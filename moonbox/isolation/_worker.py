@@ -212,9 +212,10 @@ class _Worker:
 
     def serve(self) -> None:
         """Answer requests until the host closes the pipe."""
-        read, send, handle = self.reader.read, self.writer.send, self.handle
+        read, handle = self.reader.read, self.handle
+        frame, write = self.writer.frame, self.writer.write
         self._warm_up()
-        send(["ready", os.getpid()])
+        write(frame(["ready", os.getpid()]))
         while True:
             try:
                 request = read()
@@ -222,7 +223,7 @@ class _Worker:
                 return
             answer = handle(request)
             if answer is not None:
-                send(answer)
+                write(frame(answer))
 
     def _warm_up(self) -> None:
         """Pay the first sandbox's one-time costs (compiling the instrumenter's patterns,
@@ -390,8 +391,11 @@ class _Worker:
                 outcome = outcome._replace(stats=outcome.stats._replace(
                     steps=steps, memory_peak_bytes=peak, wall_s=wall))
         finally:
-            run.close()
-        return self.p.encode_result(outcome, self._snapshot(sid, outcome), sb.replacements)
+            if run._open:  # a run that ended is closed already
+                run.close()
+        return self.p.encode_result(
+            outcome, self._snapshot(sid, outcome) if sid in self.kept else None,
+            sb.replacements)
 
     def op_unload(self, sid: int, cid: int) -> list[Any]:
         self.chunks.pop((sid, cid), None)
@@ -412,8 +416,9 @@ class _Worker:
         outcome = run.resume(*args, budget=None if budget is None else self._budget(budget))
         if not run._open:  # finished, or its runtime replaced
             self.runs.pop(key, None)
-        return self.p.encode_result(outcome, self._snapshot(sid, outcome),
-                                    run.sandbox.replacements)
+        return self.p.encode_result(
+            outcome, self._snapshot(sid, outcome) if sid in self.kept else None,
+            run.sandbox.replacements)
 
     def op_close_run(self, sid: int, rid: int) -> list[Any]:
         run = self.runs.pop((sid, rid), None)
