@@ -10,41 +10,33 @@ handler, trivial or issuing the same 10 world commands, one tick at a time.
 
 In a worker every call is one round trip, and so is every binding call it makes: the
 overhead per round trip is (isolated - in process) / (1 + binding calls). Target: at most
-30 µs.
+30 µs. The handlers, the sandboxes that run them and the raw floor live in
+``moonbox._bench_isolation``, which ``moonbox bench`` measures the target with.
 """
 
 from __future__ import annotations
 
-import os
-import select
 import statistics
-import struct
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-import msgpack
 import pytest
 
-import moonbox
-from moonbox import Budget, Registry
+from moonbox import Budget
+from moonbox._bench_isolation import (
+    EXPECTED,
+    HANDLERS,
+    ISOLATION_MODES,
+    ROUND_TRIPS,
+    IsolationBench,
+    RawPipeFloor,
+    raw_in_process,
+)
 from moonbox.engine import Game
-from moonbox.isolation import IsolatedSandbox, WorkerPool
-from moonbox.isolation._protocol import spin_window
-from moonbox.world import World, world_bindings
-
-HANDLERS = {
-    "trivial": "return 1",
-    "10-bindings": "local s = 0 for i = 1, 10 do s = add(s, i) end return s",
-    "10-world-commands": ("for i = 1, 10 do coreai_world_set_color('lamp', i / 10, 0, 0) end "
-                          "return 10"),
-}
-EXPECTED = {"trivial": 1, "10-bindings": 55, "10-world-commands": 10}
-ROUND_TRIPS = {"trivial": 1, "10-bindings": 11, "10-world-commands": 11}
-MODES = ("in-process", "isolated", "isolated-no-state")
+from moonbox.isolation import WorkerPool
 
 MOD_HANDLERS = {
     "trivial": 'on("tick", function(t) end)',
@@ -53,42 +45,6 @@ MOD_HANDLERS = {
 end)""",
 }
 BUDGET = Budget(steps=200_000, wall_s=5.0)  # loose: the machine may be shared
-
-
-class _Bench:
-    """A sandbox with the default bindings and the world bindings over a world of its own
-    (one entity, ``lamp``, owned by the mod); ``call`` runs a loaded handler once and drops
-    the commands it queued."""
-
-    def __init__(self, mode: str) -> None:
-        self.world = World()
-        self.world.submit("spawn", {"prefab": "cube", "name": "lamp"}, "bench")
-        self.world.apply()
-        self.registry = Registry([*moonbox.default_bindings(), *world_bindings(self.world)])
-        self.api = self.registry.mod("bench")
-        self.sandbox: Any
-        if mode == "in-process":
-            self.sandbox = self.api.sandbox()
-        else:
-            state = None if mode == "isolated-no-state" else "state"
-            self.sandbox = IsolatedSandbox(host_functions=self.api.host_functions,
-                                           state_global=state)
-
-    def handler(self, name: str) -> Callable[[], Any]:
-        chunk = self.sandbox.load(HANDLERS[name], f"=({name})")
-        run, discard = self.sandbox.run, self.world.discard
-
-        def call() -> Any:
-            outcome = run(chunk)
-            discard("bench", 0)
-            return outcome
-
-        return call
-
-    def close(self) -> None:
-        self.sandbox.close()
-        self.api.close()
-        self.registry.close()
 
 
 def _game(isolation: str, handler: str) -> Game:
@@ -100,15 +56,15 @@ def _game(isolation: str, handler: str) -> Game:
     return game
 
 
-@pytest.fixture(params=MODES)
-def bench(request: pytest.FixtureRequest) -> Iterator[_Bench]:
-    b = _Bench(request.param)
+@pytest.fixture(params=ISOLATION_MODES)
+def bench(request: pytest.FixtureRequest) -> Iterator[IsolationBench]:
+    b = IsolationBench(request.param)
     yield b
     b.close()
 
 
 @pytest.mark.parametrize("handler", sorted(HANDLERS))
-def test_handler_call(benchmark: Any, bench: _Bench, handler: str) -> None:
+def test_handler_call(benchmark: Any, bench: IsolationBench, handler: str) -> None:
     """One call of a loaded handler chunk, to its end."""
     benchmark.group = f"one call of the {handler} handler"
     call = bench.handler(handler)
@@ -130,72 +86,6 @@ def test_engine_tick(benchmark: Any, isolation: str, handler: str) -> None:
         game.close()
 
 
-# The floor under any process isolation here: a worker process running a raw LuaJIT
-# function (no sandbox) for each request, a 4-byte length and a msgpack body each way over
-# two pipes, nothing checked. Each side busy-waits for the other's frame as moonbox's do
-# (``poll`` without waiting, for the same window), then sleeps in ``poll``. Its round trip
-# less the same call in process is what the pipes, the frames and the waits cost by
-# themselves.
-_RAW_WORKER = """
-import os, select, struct, sys, time, msgpack
-from moonbox._bench import raw_luajit
-rfd, wfd, window = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-fn = raw_luajit().eval("function(x) return x end")
-packer, head = msgpack.Packer(use_bin_type=True), struct.Struct("<I")
-poll = select.poll()
-poll.register(rfd, select.POLLIN)
-ready, clock = poll.poll, time.monotonic
-while True:
-    end = clock() + window
-    while not ready(0) and clock() < end:
-        pass
-    ready(None)
-    data = os.read(rfd, 65536)
-    if not data:
-        break
-    request = msgpack.unpackb(data[4:], raw=False)
-    body = packer.pack(["r", fn(request[1])])
-    os.write(wfd, head.pack(len(body)) + body)
-"""
-
-
-class RawPipeFloor:
-    """A raw worker process and the host's side of one request: ``call()`` sends
-    ``["run", 1]`` and reads ``["r", 1]``."""
-
-    def __init__(self) -> None:
-        to_r, self._to_w = os.pipe()
-        self._from_r, from_w = os.pipe()
-        window = spin_window()
-        self._proc = subprocess.Popen([sys.executable, "-c", _RAW_WORKER, str(to_r), str(from_w),
-                                       str(window)], pass_fds=(to_r, from_w))
-        os.close(to_r)
-        os.close(from_w)
-        packer, head = msgpack.Packer(use_bin_type=True), struct.Struct("<I")
-        unpack, read, write = msgpack.unpackb, os.read, os.write
-        rfd, wfd = self._from_r, self._to_w
-        poll = select.poll()
-        poll.register(rfd, select.POLLIN)
-        ready, clock = poll.poll, time.monotonic
-
-        def call() -> Any:
-            body = packer.pack(["run", 1])
-            write(wfd, head.pack(len(body)) + body)
-            end = clock() + window
-            while not ready(0) and clock() < end:
-                pass
-            ready(None)
-            return unpack(read(rfd, 65536)[4:], raw=False)[1]
-
-        self.call = call
-        assert call() == 1
-
-    def close(self) -> None:
-        os.close(self._to_w)
-        self._proc.wait(timeout=10)
-        os.close(self._from_r)
-
-
 def test_raw_pipe_floor(benchmark: Any) -> None:
     """One round trip to a raw worker: the floor under any process isolation here."""
     benchmark.group = "one call of the trivial handler"
@@ -204,13 +94,6 @@ def test_raw_pipe_floor(benchmark: Any) -> None:
         assert benchmark(floor.call) == 1
     finally:
         floor.close()
-
-
-def _raw_in_process() -> Callable[[], Any]:
-    from moonbox._bench import raw_luajit
-
-    fn = raw_luajit().eval("function(x) return x end")
-    return lambda: fn(1)
 
 
 @contextmanager
@@ -273,8 +156,8 @@ def report(seconds: float = 2.0) -> None:
           f"{'per round trip':>16}")
     for name in HANDLERS:
         medians = {}
-        for mode in MODES:
-            b = _Bench(mode)
+        for mode in ISOLATION_MODES:
+            b = IsolationBench(mode)
             try:
                 medians[mode] = _median_us(b.handler(name), seconds)
             finally:
@@ -298,7 +181,7 @@ def report(seconds: float = 2.0) -> None:
         isolated = _median_us(floor.call, seconds)
     finally:
         floor.close()
-    raw = _median_us(_raw_in_process(), seconds)
+    raw = _median_us(raw_in_process(), seconds)
     print(f"{'raw floor (no sandbox)':<24}{raw:>10.1f}us{isolated:>10.1f}us{'':>12}"
           f"{isolated - raw:>14.1f}us")
     print(f"the tick after a crash: {tick_after_crash_ms(1):.0f} ms with a spare worker, "

@@ -33,6 +33,7 @@ from typing import Any, Literal, Protocol, TypeVar
 from rich.console import Console
 from rich.table import Table
 
+from ._bench_isolation import TARGET_ROUND_TRIP_US, isolation_costs
 from ._errors import HostError, MoonboxError
 from .bindings import Registry, default_bindings
 from .bindings import add as add_binding
@@ -445,6 +446,8 @@ def _measure(quick: bool) -> dict[str, Any]:
     with ExitStack() as stack:
         costs = _fixed_costs(stack, quick, rounds)
     margins = _trip_margins(quick)
+    gc.collect()
+    isolation = isolation_costs(rounds, 100 if quick else 300)
     geomean = {mode: statistics.geometric_mean(t.ratio(mode) for t in timings)
                for mode in ("metered", "nojit")}
     best_geomean = statistics.geometric_mean(t.best_ratio("metered") for t in timings)
@@ -460,6 +463,9 @@ def _measure(quick: bool) -> dict[str, Any]:
                 TARGET_BINDING_RATIO, "x"),
         _Target("time trip past wall_s (worst, metered)", margins["metered"]["max_ms"],
                 TARGET_TRIP_MARGIN_MS, "ms"),
+        *(_Target(f"process isolation per round trip ({name})",
+                  isolation[name]["per_round_trip_us"], TARGET_ROUND_TRIP_US, "µs")
+          for name in ("trivial", "10-world-commands")),
     ]
     return {
         "quick": quick,
@@ -483,6 +489,7 @@ def _measure(quick: bool) -> dict[str, Any]:
                     "metered_ratio_min": best_geomean},
         "costs": costs,
         "trip_margins": margins,
+        "isolation": isolation,
         "targets": [
             {"name": t.name, "value": t.value, "limit": t.limit, "unit": t.unit, "met": t.met}
             for t in targets
@@ -553,6 +560,16 @@ def _render(report: dict[str, Any], console: Console) -> None:
                       for mode, m in report["trip_margins"].items())
     console.print(f"Time trips past wall_s={TRIP_WALL_S:g} s ({', '.join(TRIP_LOOPS)}): {trips}")
 
+    iso = Table(title="Process isolation: µs per call (in a worker: no state snapshot)")
+    for header in ("handler", "in process", "in a worker", "round trips", "per round trip"):
+        iso.add_column(header, justify="left" if header == "handler" else "right", no_wrap=True)
+    for name, m in report["isolation"].items():
+        iso.add_row(name, f"{m['in_process_us']:.1f}", f"{m['isolated_us']:.1f}",
+                    str(m["round_trips"]), f"{m['per_round_trip_us']:.1f}")
+    iso.caption = ("raw floor: a raw LuaJIT function in a worker process, plain frames over "
+                   "pipes, nothing checked")
+    console.print(iso)
+
     targets = Table(title="Targets")
     for header in ("target", "measured", "limit", ""):
         targets.add_column(header, justify="left" if header == "target" else "right")
@@ -574,7 +591,8 @@ def run_bench(console: Console, *, quick: bool, as_json: bool) -> int:
         if as_json:
             report = _measure(quick)
         else:
-            with console.status("measuring: raw LuaJIT, metered and no-jit, interleaved..."):
+            with console.status("measuring: raw LuaJIT, metered and no-jit, interleaved; "
+                                "then process isolation..."):
                 report = _measure(quick)
     except MoonboxError as exc:
         Console(stderr=True, highlight=False).print(f"[bold red]bench failed:[/] {exc}")

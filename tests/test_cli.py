@@ -161,8 +161,16 @@ def test_bench_quick_json_reports_every_figure():
                                     "bare_callback_us"}
     assert report["costs"]["bare_callback_us"]["raw"] > 0
     assert set(report["trip_margins"]) == {"metered", "nojit"}
-    assert [t["name"] for t in report["targets"]][-2] == "add() round trip / bare lupa callback"
-    assert len(report["targets"]) == 6
+    names = [t["name"] for t in report["targets"]]
+    assert names[4] == "add() round trip / bare lupa callback"
+    assert names[-2:] == ["process isolation per round trip (trivial)",
+                          "process isolation per round trip (10-world-commands)"]
+    assert len(report["targets"]) == 8
+    # Process isolation: each handler in process and in a worker, and the raw floor.
+    assert set(report["isolation"]) == {"trivial", "10-world-commands", "raw floor"}
+    for m in report["isolation"].values():
+        assert m["in_process_us"] > 0 and m["isolated_us"] > m["in_process_us"]
+    assert report["isolation"]["10-world-commands"]["round_trips"] == 11
 
 
 def test_scripts_get_the_world_and_see_earlier_files_commands(lua, tmp_path):
