@@ -408,7 +408,8 @@ class WorkerProcess:
         proc, pipes = boot.proc, boot.pipes
         self._proc = proc
         self._pipes = pipes
-        self._reader = FrameReader(pipes.read_fd, functions=True, spin_s=spin_window())
+        self._reader = FrameReader(pipes.read_fd, functions=True, spin_s=spin_window(),
+                                   peer_pid=proc.pid)
         self._writer = FrameWriter(pipes.write_fd)
         self._killed_for: LossCause | None = None
         self._abandoned = False

@@ -57,14 +57,32 @@ SPIN_ENV = "MOONBOX_ISOLATION_SPIN_US"
 DEFAULT_SPIN_US = 100.0
 MAX_SPIN_US = 10_000.0
 
-# Busy-waiting pays only when the other side has a CPU of its own. When something else
-# keeps the CPUs busy, the scheduler preempts this thread often (a few per second on an
-# otherwise idle machine here; thousands with one more busy process): past this rate,
-# measured over each interval, the reader sleeps at once until the next interval's rate
-# is back under it.
-_PREEMPTIONS_PER_S = 250.0
+# Busy-waiting pays only when the other side has a CPU of its own. Each interval, a
+# reader that busy-waits asks whether the CPUs were contended, in two ways, either of which
+# makes it sleep at once until several intervals in a row were calm:
+# - the share of the time this thread, or the other side's process, was ready to run but
+#   waited for a CPU (Linux's schedstat): at most 0.2% on an otherwise idle machine here,
+#   15-45% with one more busy process;
+# - how often the scheduler preempted this thread: a few times a second on an otherwise
+#   idle machine here, hundreds to thousands with one more busy process.
+# Calm intervals are needed in a row because a contended machine has calm moments: without
+# busy-waiting, the wait share drops, and busy-waiting again at once would make it climb.
+_RUNQUEUE_SHARE = 0.03
+_PREEMPTIONS_PER_S = 1000.0
 _CONTENTION_CHECK_S = 0.05
+_CALM_INTERVALS = 4
 _RUSAGE_WHO = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+_OWN_SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def _runqueue_wait_ns(path: str) -> int | None:
+    """The nanoseconds the thread (or process) at ``path`` waited for a CPU so far (the
+    second field of a schedstat file), ``None`` where there is no such file."""
+    try:
+        with open(path, "rb") as f:
+            return int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 _HEADER = struct.Struct("<I")
 _READ_BYTES = 1 << 16
@@ -240,15 +258,19 @@ class FrameReader:
         sets_blocking: the reader sets ``fd`` non-blocking itself while it may busy-wait,
             and blocking while the CPUs are contended, when a plain read is the cheapest
             sleep (a reader that keeps no deadlines: the worker's side).
+        peer_pid: the other side's process, whose waits for a CPU count as contention too
+            (the host reading a worker).
     """
 
     __slots__ = ("fd", "_buffer", "_poller", "_ext", "_window", "_hot", "contended",
                  "_next_check", "_checked_at", "_preemptions", "_sets_blocking",
-                 "_nonblocking")
+                 "_nonblocking", "_peer", "_waited", "_calm")
 
     def __init__(self, fd: int, *, functions: bool = False, spin_s: float = 0.0,
-                 sets_blocking: bool = False) -> None:
+                 sets_blocking: bool = False, peer_pid: int | None = None) -> None:
         self.fd = fd
+        # Whose waits for a CPU count besides this thread's: the other side's process.
+        self._peer = None if peer_pid is None else f"/proc/{peer_pid}/schedstat"
         self._buffer = b""
         self._poller: _Poller | None = None
         self._ext = _ext_hook if functions else None
@@ -263,20 +285,39 @@ class FrameReader:
         self._next_check = 0.0
         self._checked_at = _monotonic()
         self._preemptions = resource.getrusage(_RUSAGE_WHO).ru_nivcsw if spin_s > 0 else 0
+        self._waited = self._waits() if spin_s > 0 else None
+        self._calm = _CALM_INTERVALS  # calm intervals in a row: busy-waiting from the start
 
     def pending(self) -> bool:
         """A whole frame is already buffered (no need to wait for the pipe)."""
         buf = self._buffer
         return len(buf) >= 4 and len(buf) - 4 >= _HEADER.unpack_from(buf)[0]
 
+    def _waits(self) -> tuple[int, ...] | None:
+        """The nanoseconds this thread, and the peer, waited for a CPU so far (``None``
+        where the platform does not say)."""
+        own = _runqueue_wait_ns(_OWN_SCHEDSTAT)
+        if own is None:
+            return None
+        peer = None if self._peer is None else _runqueue_wait_ns(self._peer)
+        return (own,) if peer is None else (own, peer)
+
     def _check_contention(self, now: float) -> None:
-        """How often the scheduler preempted this thread since the last check: above
-        :data:`_PREEMPTIONS_PER_S`, the CPUs are contended and the reader sleeps at once."""
+        """Whether the CPUs were contended since the last check (see _RUNQUEUE_SHARE): then
+        the reader sleeps at once until :data:`_CALM_INTERVALS` in a row were calm."""
+        elapsed = max(now - self._checked_at, 1e-6)
         preemptions = resource.getrusage(_RUSAGE_WHO).ru_nivcsw
-        elapsed = now - self._checked_at
-        contended = preemptions - self._preemptions > _PREEMPTIONS_PER_S * elapsed
-        self._preemptions, self._checked_at = preemptions, now
+        # A host reader may be used from another thread than last time: its count is then
+        # another thread's, and the interval's verdict a guess; the next one is right.
+        busy = preemptions - self._preemptions > _PREEMPTIONS_PER_S * elapsed
+        waits, last = self._waits(), self._waited
+        if not busy and waits is not None and last is not None and len(waits) == len(last):
+            waited = max(now_ns - then_ns for now_ns, then_ns in zip(waits, last, strict=True))
+            busy = waited > _RUNQUEUE_SHARE * elapsed * 1e9
+        self._preemptions, self._waited, self._checked_at = preemptions, waits, now
         self._next_check = now + _CONTENTION_CHECK_S
+        self._calm = 0 if busy else self._calm + 1
+        contended = self._calm < _CALM_INTERVALS
         if contended != self.contended:
             self.contended = contended
             if self._sets_blocking:

@@ -173,7 +173,9 @@ def test_a_reader_without_a_deadline_waits_for_as_long_as_it_takes(pipe):
 
 
 class _Preemptions:
-    """A stand-in for ``resource.getrusage``: the involuntary context switches so far."""
+    """A stand-in for ``resource.getrusage``: the involuntary context switches so far.
+    (The tests put stand-ins under both of the reader's figures: the machine's own would
+    make them depend on its load.)"""
 
     def __init__(self) -> None:
         self.count = 0
@@ -182,11 +184,15 @@ class _Preemptions:
         return type("Usage", (), {"ru_nivcsw": self.count})()
 
 
-def test_a_reader_on_contended_cpus_sleeps_at_once_and_spins_again_when_they_calm(
-        monkeypatch, pipe):
+def _next_interval(reader: FrameReader) -> None:
+    reader._next_check = 0.0  # the next read checks the CPUs again
+
+
+def test_a_reader_on_contended_cpus_sleeps_at_once_until_they_stay_calm(monkeypatch, pipe):
     r, w = pipe
     preemptions = _Preemptions()
     monkeypatch.setattr(_protocol.resource, "getrusage", preemptions)
+    monkeypatch.setattr(_protocol, "_runqueue_wait_ns", lambda path: 0)
     reader = FrameReader(r, spin_s=5.0, sets_blocking=True)
     assert not os.get_blocking(r)  # it may busy-wait: reads must not block
     spins = []
@@ -194,29 +200,77 @@ def test_a_reader_on_contended_cpus_sleeps_at_once_and_spins_again_when_they_cal
     monkeypatch.setattr(FrameReader, "_spin",
                         lambda self, *a: spins.append(1) or real_spin(self, *a))
 
-    reader._next_check = 0.0
+    _next_interval(reader)
     preemptions.count += 10_000  # preempted thousands of times a second: contended
     os.write(w, pack(["a"]))
     assert reader.read() == ["a"]
     assert reader.contended and not spins
     assert os.get_blocking(r)  # sleeping in a plain read, the cheapest way
 
-    reader._next_check = 0.0  # a later interval: no preemption since
-    _later(0.02, os.write, w, pack(["b"]))
-    assert reader.read() == ["b"]
-    assert not reader.contended and spins
+    # Calm intervals: it sleeps at once until enough of them came in a row.
+    for i in range(_protocol._CALM_INTERVALS):
+        _next_interval(reader)
+        _later(0.01, os.write, w, pack(["b", i]))
+        assert reader.read() == ["b", i]
+    assert not reader.contended and len(spins) == 1  # the last read busy-waited
     assert not os.get_blocking(r)
+
+
+def test_a_thread_that_waits_for_a_cpu_is_contention_too(monkeypatch, pipe):
+    r, w = pipe
+    waited = {"own": 0, "peer": 0}
+    monkeypatch.setattr(_protocol, "_runqueue_wait_ns",
+                        lambda path: waited["peer" if "/proc/4242/" in path else "own"])
+    monkeypatch.setattr(_protocol.resource, "getrusage", _Preemptions())
+    reader = FrameReader(r, spin_s=5.0, peer_pid=4242)
+    for who in ("own", "peer"):
+        for _ in range(_protocol._CALM_INTERVALS):  # calm again
+            _next_interval(reader)
+            os.write(w, pack(["calm"]))
+            reader.read()
+        assert not reader.contended
+        _next_interval(reader)
+        waited[who] += 10**9  # a whole second waiting for a CPU, in a moment: contended
+        os.write(w, pack([who]))
+        assert reader.read() == [who]
+        assert reader.contended, who
+
+
+def test_without_scheduler_figures_the_preemptions_decide(monkeypatch, pipe):
+    r, w = pipe
+    monkeypatch.setattr(_protocol, "_runqueue_wait_ns", lambda path: None)
+    preemptions = _Preemptions()
+    monkeypatch.setattr(_protocol.resource, "getrusage", preemptions)
+    reader = FrameReader(r, spin_s=5.0, peer_pid=4242)
+    _next_interval(reader)
+    os.write(w, pack(["x"]))
+    reader.read()
+    assert not reader.contended
+    _next_interval(reader)
+    preemptions.count += 10_000
+    os.write(w, pack(["y"]))
+    reader.read()
+    assert reader.contended
 
 
 def test_a_reader_that_keeps_deadlines_leaves_its_pipe_non_blocking(monkeypatch, pipe):
     r, w = pipe
     preemptions = _Preemptions()
     monkeypatch.setattr(_protocol.resource, "getrusage", preemptions)
+    monkeypatch.setattr(_protocol, "_runqueue_wait_ns", lambda path: 0)
     reader = FrameReader(r, spin_s=5.0)
-    reader._next_check = 0.0
+    _next_interval(reader)
     preemptions.count += 10_000
     began = time.monotonic()
     with pytest.raises(FrameTimeout):
         reader.read(began + 0.05)
     assert reader.contended and not os.get_blocking(r)
     assert time.monotonic() - began < 3
+
+
+def test_the_scheduler_figures_are_read_where_linux_keeps_them():
+    own = _protocol._runqueue_wait_ns(_protocol._OWN_SCHEDSTAT)
+    if not os.path.exists(_protocol._OWN_SCHEDSTAT):
+        pytest.skip("no schedstat on this kernel")
+    assert isinstance(own, int) and own >= 0
+    assert _protocol._runqueue_wait_ns("/proc/0/no-such-file") is None
