@@ -598,7 +598,7 @@ class WorkerProcess:
                 raise WorkerLost("crashed", "the worker is down (revive it first)")
             generation = self.generation
             writer = self._writer
-            read = self._reader.read
+            receive = self.receive
             data = writer.frame(value)  # what cannot cross fails here, before anything is sent
             if notes:
                 data = b"".join([*(writer.frame(note) for note in notes), data])
@@ -614,19 +614,7 @@ class WorkerProcess:
                     raise self._lost("crashed") from None
                 while True:
                     due = deadline if watch is None else watch.deadline
-                    # receive(), written out: this runs at least once per round trip.
-                    if self._pipes.read_fd < 0:
-                        raise self._lost("crashed")
-                    try:
-                        reply = read(due)
-                    except FrameTimeout:
-                        raise self._lost("time") from None
-                    except FrameCorrupt as exc:
-                        raise self.violation(str(exc)) from None
-                    except (FrameError, OSError):
-                        raise self._lost("crashed") from None
-                    if type(reply) is not list or not reply or type(reply[0]) is not str:
-                        raise self.violation(f"a frame that is no message: {str(reply)[:80]}")
+                    reply = receive(due)
                     kind = reply[0]
                     if kind == "call":
                         if len(reply) != 3 or type(reply[1]) is not str \
