@@ -20,6 +20,7 @@ import os
 import resource
 import select
 import struct
+import threading
 import time
 from typing import Any, NamedTuple, get_args
 
@@ -71,6 +72,7 @@ _RUNQUEUE_SHARE = 0.03
 _PREEMPTIONS_PER_S = 1000.0
 _CONTENTION_CHECK_S = 0.05
 _CALM_INTERVALS = 4
+_MAX_THREADS = 16  # threads whose last sample a reader keeps
 _RUSAGE_WHO = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
 _OWN_SCHEDSTAT = "/proc/thread-self/schedstat"
 
@@ -263,8 +265,8 @@ class FrameReader:
     """
 
     __slots__ = ("fd", "_buffer", "_poller", "_ext", "_window", "_hot", "contended",
-                 "_next_check", "_checked_at", "_preemptions", "_sets_blocking",
-                 "_nonblocking", "_peer", "_waited", "_calm")
+                 "_next_check", "_samples", "_sets_blocking", "_nonblocking", "_peer",
+                 "_calm")
 
     def __init__(self, fd: int, *, functions: bool = False, spin_s: float = 0.0,
                  sets_blocking: bool = False, peer_pid: int | None = None) -> None:
@@ -280,12 +282,15 @@ class FrameReader:
         if sets_blocking:
             os.set_blocking(fd, not spin_s)
         self._nonblocking = not os.get_blocking(fd)
-        # Whether the CPUs were contended over the last interval (see _PREEMPTIONS_PER_S).
+        # Whether the CPUs were contended lately (see _RUNQUEUE_SHARE).
         self.contended = False
-        self._next_check = 0.0
-        self._checked_at = _monotonic()
-        self._preemptions = resource.getrusage(_RUSAGE_WHO).ru_nivcsw if spin_s > 0 else 0
-        self._waited = self._waits() if spin_s > 0 else None
+        # Per thread: when it last checked, its preemptions and waits for a CPU then.
+        self._samples: dict[int, tuple[float, int, tuple[int, ...] | None]] = {}
+        now = _monotonic()
+        self._next_check = now + _CONTENTION_CHECK_S  # a whole interval first
+        if spin_s > 0:
+            self._samples[threading.get_ident()] = (
+                now, resource.getrusage(_RUSAGE_WHO).ru_nivcsw, self._waits())
         self._calm = _CALM_INTERVALS  # calm intervals in a row: busy-waiting from the start
 
     def pending(self) -> bool:
@@ -305,17 +310,25 @@ class FrameReader:
     def _check_contention(self, now: float) -> None:
         """Whether the CPUs were contended since the last check (see _RUNQUEUE_SHARE): then
         the reader sleeps at once until :data:`_CALM_INTERVALS` in a row were calm."""
-        elapsed = max(now - self._checked_at, 1e-6)
-        preemptions = resource.getrusage(_RUSAGE_WHO).ru_nivcsw
-        # A host reader may be used from another thread than last time: its count is then
-        # another thread's, and the interval's verdict a guess; the next one is right.
-        busy = preemptions - self._preemptions > _PREEMPTIONS_PER_S * elapsed
-        waits, last = self._waits(), self._waited
-        if not busy and waits is not None and last is not None and len(waits) == len(last):
-            waited = max(now_ns - then_ns for now_ns, then_ns in zip(waits, last, strict=True))
-            busy = waited > _RUNQUEUE_SHARE * elapsed * 1e9
-        self._preemptions, self._waited, self._checked_at = preemptions, waits, now
         self._next_check = now + _CONTENTION_CHECK_S
+        preemptions = resource.getrusage(_RUSAGE_WHO).ru_nivcsw
+        waits = self._waits()
+        # The figures are the calling thread's, and a host reader may be used from several
+        # threads in turn: each is compared with the same thread's last sample.
+        thread = threading.get_ident()
+        last = self._samples.get(thread)
+        if last is None and len(self._samples) >= _MAX_THREADS:
+            self._samples.clear()
+        self._samples[thread] = (now, preemptions, waits)
+        if last is None:
+            return  # a first sample: the baseline, no verdict
+        then, preempted, waited_before = last
+        elapsed = max(now - then, 1e-6)
+        busy = preemptions - preempted > _PREEMPTIONS_PER_S * elapsed
+        if (not busy and waits is not None and waited_before is not None
+                and len(waits) == len(waited_before)):
+            waited = max(a - b for a, b in zip(waits, waited_before, strict=True))
+            busy = waited > _RUNQUEUE_SHARE * elapsed * 1e9
         self._calm = 0 if busy else self._calm + 1
         contended = self._calm < _CALM_INTERVALS
         if contended != self.contended:
@@ -325,9 +338,10 @@ class FrameReader:
                 self._nonblocking = not contended
 
     def _spin(self, began: float, deadline: float | None) -> bytes | None:
-        """Busy-wait for data until the window (or the deadline) ends: what one read took
-        (``b""`` at the end of the pipe), or ``None`` when nothing came. It asks ``poll``
-        without waiting: a failed read would cost an exception each time round."""
+        """Busy-wait for data until the window (or the deadline) ends: what one read took,
+        or ``None`` when nothing came (or the pipe ended: the caller's own wait and read
+        meet the end again and say so). It asks ``poll`` without waiting: a failed read
+        would cost an exception each time round."""
         end = began + self._window
         if deadline is not None and deadline < end:
             end = deadline
@@ -382,6 +396,7 @@ class FrameReader:
                 began = _monotonic()
                 if began >= self._next_check:
                     self._check_contention(began)
+                    began = _monotonic()  # the check is not part of the wait
                 if self._hot and not self.contended:
                     buf = self._spin(began, deadline)
             if not buf:

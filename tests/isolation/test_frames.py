@@ -36,6 +36,30 @@ def pipe() -> Iterator[tuple[int, int]]:
             pass
 
 
+@pytest.fixture
+def calm(monkeypatch) -> None:
+    """The reader's scheduler figures say the CPUs are calm, whatever the machine's load:
+    a reader busy-waits whenever its window allows."""
+    usage = type("Usage", (), {"ru_nivcsw": 0})()
+    monkeypatch.setattr(_protocol.resource, "getrusage", lambda who: usage)
+    monkeypatch.setattr(_protocol, "_runqueue_wait_ns", lambda path: 0)
+
+
+@pytest.fixture
+def spins(monkeypatch) -> list[bytes | None]:
+    """What each busy-wait of any reader took (``None``: nothing came in the window)."""
+    took: list[bytes | None] = []
+    real_spin = FrameReader._spin
+
+    def spy(self, *args):
+        got = real_spin(self, *args)
+        took.append(got)
+        return got
+
+    monkeypatch.setattr(FrameReader, "_spin", spy)
+    return took
+
+
 def _later(seconds: float, fn, *args) -> threading.Thread:
     def go() -> None:
         time.sleep(seconds)
@@ -119,40 +143,49 @@ def test_frames_come_out_as_they_went_in_however_the_bytes_arrive(values, cuts, 
         os.close(w)
 
 
-def test_a_busy_waiting_reader_takes_a_frame_that_comes_within_its_window(pipe):
+def test_a_busy_waiting_reader_takes_a_frame_that_comes_within_its_window(pipe, calm, spins):
     r, w = pipe
     reader = FrameReader(r, spin_s=5.0)
     _later(0.02, os.write, w, pack(["r", 1]))
     assert reader.read(time.monotonic() + 30) == ["r", 1]
+    assert spins and spins[0]  # the busy-wait took the frame
     assert reader._hot  # it came within the window: the reader goes on busy-waiting
 
 
-def test_a_wait_past_the_window_stops_the_busy_waiting_and_a_short_one_starts_it(pipe):
+def test_a_wait_past_the_window_stops_the_busy_waiting_and_a_short_one_starts_it(
+        pipe, calm, spins):
     r, w = pipe
-    reader = FrameReader(r, spin_s=0.001)
-    _later(0.1, os.write, w, pack(["late"]))
+    reader = FrameReader(r, spin_s=0.02)
+    _later(0.3, os.write, w, pack(["late"]))
     assert reader.read(time.monotonic() + 30) == ["late"]
+    assert spins == [None]  # the busy-wait ran out; the reader slept
     assert not reader._hot  # the next wait sleeps at once
     os.write(w, pack(["soon"]))
     assert reader.read(time.monotonic() + 30) == ["soon"]
+    assert spins == [None]  # it did
     assert reader._hot  # that one took no time: busy-waiting again
+    _later(0.005, os.write, w, pack(["again"]))
+    assert reader.read(time.monotonic() + 30) == ["again"]
+    assert len(spins) == 2 and spins[1]
 
 
-def test_busy_waiting_keeps_the_deadline(pipe):
+def test_busy_waiting_keeps_the_deadline(pipe, calm, spins):
     r, _ = pipe
     reader = FrameReader(r, spin_s=5.0)
     began = time.monotonic()
     with pytest.raises(FrameTimeout):
         reader.read(began + 0.05)
+    assert spins == [None]
     assert time.monotonic() - began < 3  # the deadline, not the 5 s window
 
 
-def test_a_pipe_closed_while_the_reader_busy_waits_is_the_end(pipe):
+def test_a_pipe_closed_while_the_reader_busy_waits_is_the_end(pipe, calm, spins):
     r, w = pipe
     reader = FrameReader(r, spin_s=5.0)
     _later(0.02, os.close, w)
     with pytest.raises(FrameError):
         reader.read(time.monotonic() + 30)
+    assert len(spins) == 1
 
 
 def test_a_frame_split_across_the_window_is_read_whole(pipe):
@@ -274,3 +307,33 @@ def test_the_scheduler_figures_are_read_where_linux_keeps_them():
         pytest.skip("no schedstat on this kernel")
     assert isinstance(own, int) and own >= 0
     assert _protocol._runqueue_wait_ns("/proc/0/no-such-file") is None
+
+
+def test_a_reader_used_from_several_threads_compares_each_thread_with_itself(
+        monkeypatch, pipe):
+    r, w = pipe
+    # Each thread's figures are its own: far apart, and none of them moving.
+    counts: dict[int, int] = {}
+
+    def usage(who: int) -> object:
+        n = counts.setdefault(threading.get_ident(), 1_000_000 * len(counts))
+        return type("Usage", (), {"ru_nivcsw": n})()
+
+    monkeypatch.setattr(_protocol.resource, "getrusage", usage)
+    monkeypatch.setattr(_protocol, "_runqueue_wait_ns",
+                        lambda path: counts.setdefault(threading.get_ident(), 0) * 1000)
+    reader = FrameReader(r, spin_s=0.001)
+
+    def read_once(tag: int) -> None:
+        _next_interval(reader)
+        os.write(w, pack([tag]))
+        assert reader.read() == [tag]
+
+    for i in range(6):  # two threads in turn, as a pool's callers may
+        if i % 2:
+            thread = threading.Thread(target=read_once, args=(i,))
+            thread.start()
+            thread.join()
+        else:
+            read_once(i)
+        assert not reader.contended, i
