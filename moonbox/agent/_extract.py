@@ -16,7 +16,9 @@ The rule, in order:
    the loop feeds back to the model as a failure of its own kind (``no_code``).
 
 Reasoning never reaches this module: the clients keep it apart, and any ``<think>`` block
-still in the text is dropped first.
+still in the text is dropped first. A reasoning tag is one wherever it stands, inside a
+fenced block too (the clients' streaming split reads it before any fence is seen): code
+that needs the text ``<think>`` writes it in two parts (``'<' .. 'think>'``).
 """
 
 from __future__ import annotations

@@ -67,6 +67,17 @@ def test_code_inside_think_blocks_is_never_taken():
     assert extract_lua("<think>```lua\nreturn 'thought'\n```</think>No code.") is None
 
 
+def test_a_reasoning_tag_in_code_is_read_as_reasoning():
+    # The documented limit (found by the property tests): the tag is reasoning wherever it
+    # is, as the clients' streaming split reads it before any fence is seen. Code that
+    # needs the text writes it in two parts.
+    # Everything from the tag on is reasoning: the block is cut there (and runs to the end,
+    # as a block left open does), so the model gets back the syntax error of what is left.
+    assert extract_lua("```lua\nreturn '<think>'\n```").code == "return '"
+    two_parts = "```lua\nreturn '<' .. 'think>'\n```"
+    assert extract_lua(two_parts).code == "return '<' .. 'think>'"
+
+
 def test_split_reasoning_examples():
     assert split_reasoning("a<think>b</think>c") == ("ac", "b")
     assert split_reasoning("before</think>after") == ("after", "before")
@@ -76,9 +87,12 @@ def test_split_reasoning_examples():
 
 # -- properties -----------------------------------------------------------------------------
 
-# Lua-ish text: any lines, none of which is a fence line.
+# Lua-ish text: any lines, none of which is a fence line, and none holding a reasoning tag
+# (the rule reads "<think>" and "</think>" as reasoning anywhere, code included: see
+# test_a_reasoning_tag_in_code_is_read_as_reasoning).
 _line = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"),
-                max_size=40).filter(lambda s: not s.lstrip(" ").startswith(("```", "~~~")))
+                max_size=40).filter(lambda s: not s.lstrip(" ").startswith(("```", "~~~"))
+                                    and "think>" not in s)
 _code = st.lists(_line, min_size=1, max_size=8).map("\n".join)
 _prose = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="`~<>"),
                  max_size=80)
