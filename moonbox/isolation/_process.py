@@ -592,29 +592,19 @@ class WorkerProcess:
             TypeError: the request is not plain data (nothing was sent).
         """
         with self.lock:
-            if self._closed:
-                self._check_open()  # raises
+            self._check_open()
             if self._down:
                 raise WorkerLost("crashed", "the worker is down (revive it first)")
             generation = self.generation
             writer = self._writer
-            receive = self.receive
             data = writer.frame(value)  # what cannot cross fails here, before anything is sent
             if notes:
                 data = b"".join([*(writer.frame(note) for note in notes), data])
             try:
-                # _send_packed(), written out (the worker is open and not down: checked above)
-                if self._pipes.write_fd < 0:
-                    raise self._lost("crashed")
-                try:
-                    writer.write(data, deadline if watch is None else watch.deadline)
-                except FrameTimeout:
-                    raise self._lost("time") from None
-                except FrameError:
-                    raise self._lost("crashed") from None
+                self._send_packed(data, deadline if watch is None else watch.deadline)
                 while True:
                     due = deadline if watch is None else watch.deadline
-                    reply = receive(due)
+                    reply = self.receive(due)
                     kind = reply[0]
                     if kind == "call":
                         if len(reply) != 3 or type(reply[1]) is not str \

@@ -102,7 +102,7 @@ def spin_window() -> float:
             us = float(raw)
         except ValueError:
             us = math.nan
-        if us == us:  # not NaN
+        if not math.isnan(us):
             return min(max(us, 0.0), MAX_SPIN_US) / 1e6
     try:
         cpus = len(os.sched_getaffinity(0))
@@ -274,7 +274,7 @@ class FrameReader:
         # Whose waits for a CPU count besides this thread's: the other side's process.
         self._peer = None if peer_pid is None else f"/proc/{peer_pid}/schedstat"
         self._buffer = b""
-        self._poller: _Poller | None = None
+        self._poller = _Poller(fd, select.POLLIN)
         self._ext = _ext_hook if functions else None
         self._window = spin_s
         self._hot = spin_s > 0
@@ -345,10 +345,7 @@ class FrameReader:
         end = began + self._window
         if deadline is not None and deadline < end:
             end = deadline
-        poller = self._poller
-        if poller is None:
-            poller = self._poller = _Poller(self.fd, select.POLLIN)
-        ready = poller._poll.poll
+        ready = self._poller._poll.poll
         while not ready(0):
             if _monotonic() >= end:
                 return None
@@ -361,15 +358,11 @@ class FrameReader:
         fd = self.fd
         while True:
             if deadline is not None:
-                if self._poller is None:
-                    self._poller = _Poller(fd, select.POLLIN)
                 self._poller.wait(deadline)
             try:
                 chunk = os.read(fd, size)
             except BlockingIOError:
                 if deadline is None:  # a non-blocking pipe read without a deadline
-                    if self._poller is None:
-                        self._poller = _Poller(fd, select.POLLIN)
                     self._poller.wait(None)
                 continue
             if not chunk:
@@ -401,10 +394,7 @@ class FrameReader:
                     buf = self._spin(began, deadline)
             if not buf:
                 if deadline is not None or self._nonblocking:  # wait, then read
-                    poller = self._poller
-                    if poller is None:
-                        poller = self._poller = _Poller(self.fd, select.POLLIN)
-                    if not poller._poll.poll(None if deadline is None else
+                    if not self._poller._poll.poll(None if deadline is None else
                                              max(0, int((deadline - _monotonic()) * 1000) + 1)):
                         raise FrameTimeout("the deadline passed in the middle of a frame")
                 try:

@@ -158,13 +158,7 @@ class _Watch:
         (a ``run`` of ``max_resumes`` resumes: ``max_resumes - 1``; a ``resume``: none)."""
         self.wall_s = wall_s
         self.ticks = ticks
-        # _restart(now), written out: every request begins here.
-        sb = self.sandbox
-        sb._start, sb._deadline = now, now + wall_s
-        margin = sb.wall_margin_s
-        self.deadline = deadline = now + wall_s + margin
-        self.limit = deadline + margin
-        self.overdue = False
+        self._restart(now)
 
     def tick(self) -> bool:
         """The worker says the request's next resume begins; whether it may (a worker
@@ -242,9 +236,8 @@ class IsolatedRun(_Reports):
     def _open(self) -> bool:
         """Resumable: not finished, and its sandbox still lives in the worker that holds it."""
         sb = self.sandbox
-        worker = sb._worker  # sb.lost, written out: the engine asks before every call
         return (self.status not in _FINISHED and not sb._closed and sb._made == self._made
-                and sb._generation == worker.generation and not worker._down)
+                and not sb.lost)
 
     @property
     def stats(self) -> Stats:
@@ -261,9 +254,7 @@ class IsolatedRun(_Reports):
         if self.status in _FINISHED:
             raise SandboxClosed(f"the run of {self.chunk.name} is finished ({self.status})")
         sb._check_open()
-        worker = sb._worker  # sb.lost, written out
-        if (sb._made != self._made or sb._generation != worker.generation
-                or worker._down):
+        if sb._made != self._made or sb.lost:
             self.status = "error"
             raise SandboxClosed(f"the run of {self.chunk.name} was lost with its worker; "
                                 "start it again")
@@ -696,13 +687,7 @@ class IsolatedSandbox:
             SandboxClosed: a function that was released or lost with its worker.
         """
         budget_frame = None if budget is None else self._budget_frame(budget)
-        if type(source) is IsolatedChunk:  # the usual case first
-            if source._sandbox_id != self._id or source._id not in self._chunks:
-                self._own(source)  # raises
-            name = source.name
-            frame = ["run", self._id, source._id, None, name, list(args), max_resumes,
-                     budget_frame]
-        elif isinstance(source, FunctionHandle):
+        if isinstance(source, FunctionHandle):
             self._own_function(source)
             name = source.chunk
             frame = ["run", self._id, None, None, name, list(args), max_resumes, budget_frame,
@@ -771,15 +756,16 @@ class IsolatedSandbox:
             WorkerLost: the answer is malformed (the worker is killed).
             HostError, SandboxClosed, ConfigError: the worker refused the request.
         """
-        if reply[0] != "r" or len(reply) != 9:
-            kind = reply[0]
+        kind = reply[0]
+        if kind != "r":
             if kind == "script":
                 return Outcome("error", (), self._decode_error(reply), reports)
-            if kind == "r":
-                raise self._worker.violation(f"a malformed result: {str(reply)[:80]}")
             self._check(reply)
             raise self._worker.violation(f"an answer of kind {kind!r} to a run")
-        _, status, values, steps, peak, wall_s, error, snapshot, replaced = reply
+        try:
+            _, status, values, steps, peak, wall_s, error, snapshot, replaced = reply
+        except ValueError:
+            raise self._worker.violation(f"a malformed result: {str(reply)[:80]}") from None
         if (type(status) is not str or type(values) is not list or type(steps) is not int
                 or type(peak) is not int or type(wall_s) not in _NUMBERS
                 or type(replaced) is not int

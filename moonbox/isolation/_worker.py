@@ -212,10 +212,9 @@ class _Worker:
 
     def serve(self) -> None:
         """Answer requests until the host closes the pipe."""
-        read, handle = self.reader.read, self.handle
-        frame, write = self.writer.frame, self.writer.write
+        read, send, handle = self.reader.read, self.writer.send, self.handle
         self._warm_up()
-        write(frame(["ready", os.getpid()]))
+        send(["ready", os.getpid()])
         while True:
             try:
                 request = read()
@@ -223,7 +222,7 @@ class _Worker:
                 return
             answer = handle(request)
             if answer is not None:
-                write(frame(answer))
+                send(answer)
 
     def _warm_up(self) -> None:
         """Pay the first sandbox's one-time costs (compiling the instrumenter's patterns,
@@ -393,9 +392,7 @@ class _Worker:
         finally:
             if run._open:  # a run that ended is closed already
                 run.close()
-        return self.p.encode_result(
-            outcome, self._snapshot(sid, outcome) if sid in self.kept else None,
-            sb.replacements)
+        return self.p.encode_result(outcome, self._snapshot(sid, outcome), sb.replacements)
 
     def op_unload(self, sid: int, cid: int) -> list[Any]:
         self.chunks.pop((sid, cid), None)
@@ -416,9 +413,8 @@ class _Worker:
         outcome = run.resume(*args, budget=None if budget is None else self._budget(budget))
         if not run._open:  # finished, or its runtime replaced
             self.runs.pop(key, None)
-        return self.p.encode_result(
-            outcome, self._snapshot(sid, outcome) if sid in self.kept else None,
-            run.sandbox.replacements)
+        return self.p.encode_result(outcome, self._snapshot(sid, outcome),
+                                    run.sandbox.replacements)
 
     def op_close_run(self, sid: int, rid: int) -> list[Any]:
         run = self.runs.pop((sid, rid), None)

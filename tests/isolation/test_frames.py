@@ -36,13 +36,26 @@ def pipe() -> Iterator[tuple[int, int]]:
             pass
 
 
+class _Preemptions:
+    """A stand-in for ``resource.getrusage``: the involuntary context switches so far.
+    (The tests put stand-ins under both of the reader's figures: the machine's own would
+    make them depend on its load.)"""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, who: int) -> object:
+        return type("Usage", (), {"ru_nivcsw": self.count})()
+
+
 @pytest.fixture
-def calm(monkeypatch) -> None:
+def calm(monkeypatch) -> _Preemptions:
     """The reader's scheduler figures say the CPUs are calm, whatever the machine's load:
-    a reader busy-waits whenever its window allows."""
-    usage = type("Usage", (), {"ru_nivcsw": 0})()
-    monkeypatch.setattr(_protocol.resource, "getrusage", lambda who: usage)
+    a reader busy-waits whenever its window allows, until a test moves the preemptions."""
+    preemptions = _Preemptions()
+    monkeypatch.setattr(_protocol.resource, "getrusage", preemptions)
     monkeypatch.setattr(_protocol, "_runqueue_wait_ns", lambda path: 0)
+    return preemptions
 
 
 @pytest.fixture
@@ -205,36 +218,17 @@ def test_a_reader_without_a_deadline_waits_for_as_long_as_it_takes(pipe):
         assert reader.read() == ["ok", spin]
 
 
-class _Preemptions:
-    """A stand-in for ``resource.getrusage``: the involuntary context switches so far.
-    (The tests put stand-ins under both of the reader's figures: the machine's own would
-    make them depend on its load.)"""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, who: int) -> object:
-        return type("Usage", (), {"ru_nivcsw": self.count})()
-
-
 def _next_interval(reader: FrameReader) -> None:
     reader._next_check = 0.0  # the next read checks the CPUs again
 
 
-def test_a_reader_on_contended_cpus_sleeps_at_once_until_they_stay_calm(monkeypatch, pipe):
+def test_a_reader_on_contended_cpus_sleeps_at_once_until_they_stay_calm(pipe, calm, spins):
     r, w = pipe
-    preemptions = _Preemptions()
-    monkeypatch.setattr(_protocol.resource, "getrusage", preemptions)
-    monkeypatch.setattr(_protocol, "_runqueue_wait_ns", lambda path: 0)
     reader = FrameReader(r, spin_s=5.0, sets_blocking=True)
     assert not os.get_blocking(r)  # it may busy-wait: reads must not block
-    spins = []
-    real_spin = FrameReader._spin
-    monkeypatch.setattr(FrameReader, "_spin",
-                        lambda self, *a: spins.append(1) or real_spin(self, *a))
 
     _next_interval(reader)
-    preemptions.count += 10_000  # preempted thousands of times a second: contended
+    calm.count += 10_000  # preempted thousands of times a second: contended
     os.write(w, pack(["a"]))
     assert reader.read() == ["a"]
     assert reader.contended and not spins
@@ -249,12 +243,11 @@ def test_a_reader_on_contended_cpus_sleeps_at_once_until_they_stay_calm(monkeypa
     assert not os.get_blocking(r)
 
 
-def test_a_thread_that_waits_for_a_cpu_is_contention_too(monkeypatch, pipe):
+def test_a_thread_that_waits_for_a_cpu_is_contention_too(monkeypatch, pipe, calm):
     r, w = pipe
     waited = {"own": 0, "peer": 0}
     monkeypatch.setattr(_protocol, "_runqueue_wait_ns",
                         lambda path: waited["peer" if "/proc/4242/" in path else "own"])
-    monkeypatch.setattr(_protocol.resource, "getrusage", _Preemptions())
     reader = FrameReader(r, spin_s=5.0, peer_pid=4242)
     for who in ("own", "peer"):
         for _ in range(_protocol._CALM_INTERVALS):  # calm again
@@ -269,31 +262,26 @@ def test_a_thread_that_waits_for_a_cpu_is_contention_too(monkeypatch, pipe):
         assert reader.contended, who
 
 
-def test_without_scheduler_figures_the_preemptions_decide(monkeypatch, pipe):
+def test_without_scheduler_figures_the_preemptions_decide(monkeypatch, pipe, calm):
     r, w = pipe
     monkeypatch.setattr(_protocol, "_runqueue_wait_ns", lambda path: None)
-    preemptions = _Preemptions()
-    monkeypatch.setattr(_protocol.resource, "getrusage", preemptions)
     reader = FrameReader(r, spin_s=5.0, peer_pid=4242)
     _next_interval(reader)
     os.write(w, pack(["x"]))
     reader.read()
     assert not reader.contended
     _next_interval(reader)
-    preemptions.count += 10_000
+    calm.count += 10_000
     os.write(w, pack(["y"]))
     reader.read()
     assert reader.contended
 
 
-def test_a_reader_that_keeps_deadlines_leaves_its_pipe_non_blocking(monkeypatch, pipe):
+def test_a_reader_that_keeps_deadlines_leaves_its_pipe_non_blocking(pipe, calm):
     r, w = pipe
-    preemptions = _Preemptions()
-    monkeypatch.setattr(_protocol.resource, "getrusage", preemptions)
-    monkeypatch.setattr(_protocol, "_runqueue_wait_ns", lambda path: 0)
     reader = FrameReader(r, spin_s=5.0)
     _next_interval(reader)
-    preemptions.count += 10_000
+    calm.count += 10_000
     began = time.monotonic()
     with pytest.raises(FrameTimeout):
         reader.read(began + 0.05)
