@@ -531,18 +531,37 @@ class WorkerProcess:
             WorkerLost: the worker is gone, or stopped reading past the deadline (it is
                 killed then).
         """
-        self._send_packed(self._writer.frame(value), deadline)
-
-    def _send_packed(self, data: bytes, deadline: float | None) -> None:
         self._check_open()
-        if self._pipes.write_fd < 0:
-            raise self._lost("crashed")
         try:
-            self._writer.write(data, deadline)
-        except FrameTimeout:
-            raise self._lost("time") from None
-        except FrameError:
-            raise self._lost("crashed") from None
+            if self._pipes.write_fd < 0:
+                raise FrameError("the pipe is closed")
+            self._writer.write(self._writer.frame(value), deadline)
+        except (FrameError, FrameTimeout) as exc:
+            raise self._failure(exc) from None
+
+    def _read(self, deadline: float | None) -> list[Any]:
+        """The next frame, a message (see :meth:`FrameReader.read`; :meth:`_failure` says
+        what its exceptions mean).
+
+        Raises:
+            WorkerLost: what the worker sent is no message (it is killed then).
+        """
+        if self._pipes.read_fd < 0:
+            raise FrameError("the pipe is closed")
+        reply = self._reader.read(deadline)
+        if type(reply) is not list or not reply or type(reply[0]) is not str:
+            raise self.violation(f"a frame that is no message: {str(reply)[:80]}")
+        return reply
+
+    def _failure(self, exc: Exception) -> WorkerLost:
+        """What a failed read or write of a frame means: a deadline that passed (the worker
+        is killed for time), a frame that is none (killed for breaking the protocol), or
+        a worker that is gone."""
+        if isinstance(exc, FrameTimeout):
+            return self._lost("time")
+        if isinstance(exc, FrameCorrupt):
+            return self.violation(str(exc))
+        return self._lost("crashed")
 
     def receive(self, deadline: float | None) -> Any:
         """The next frame, all of it read by ``deadline`` (monotonic seconds).
@@ -551,19 +570,10 @@ class WorkerProcess:
             WorkerLost: the worker died, sent what is not a frame, or did not answer in
                 time (it is killed then).
         """
-        if self._pipes.read_fd < 0:
-            raise self._lost("crashed")
         try:
-            reply = self._reader.read(deadline)
-        except FrameTimeout:
-            raise self._lost("time") from None
-        except FrameCorrupt as exc:
-            raise self.violation(str(exc)) from None
-        except (FrameError, OSError):
-            raise self._lost("crashed") from None
-        if type(reply) is not list or not reply or type(reply[0]) is not str:
-            raise self.violation(f"a frame that is no message: {str(reply)[:80]}")
-        return reply
+            return self._read(deadline)
+        except (FrameError, FrameTimeout, OSError) as exc:
+            raise self._failure(exc) from None
 
     def request(self, value: Any, deadline: float | None,
                 serve: Callable[[list[Any]], list[Any]] | None = None,
@@ -592,62 +602,76 @@ class WorkerProcess:
             TypeError: the request is not plain data (nothing was sent).
         """
         with self.lock:
-            self._check_open()
-            if self._down:
-                raise WorkerLost("crashed", "the worker is down (revive it first)")
-            generation = self.generation
-            writer = self._writer
-            data = writer.frame(value)  # what cannot cross fails here, before anything is sent
-            if notes:
-                data = b"".join([*(writer.frame(note) for note in notes), data])
-            try:
-                self._send_packed(data, deadline if watch is None else watch.deadline)
-                while True:
-                    due = deadline if watch is None else watch.deadline
-                    reply = self.receive(due)
-                    kind = reply[0]
-                    if kind == "call":
-                        if len(reply) != 3 or type(reply[1]) is not str \
-                                or type(reply[2]) is not list:
-                            raise self.violation(f"a malformed call: {str(reply)[:80]}")
-                        # A worker past its deadline gets no more calls served: one that
-                        # only ever sends calls would otherwise never be waited on, and
-                        # never meet the watchdog. Nor does one whose last call was
-                        # answered past its time (the watch says overdue): the host's time
-                        # in serving calls does not count against the deadline.
-                        begun = time.monotonic()
-                        if (due is not None and begun > due) or (
-                                watch is not None and watch.overdue):
-                            raise self._lost("time")
-                        answer = (["err", "no host functions are served here", "failed"]
-                                  if serve is None else serve(reply))
-                        if self.generation != generation:
-                            raise WorkerLost("crashed", "the worker was lost while the host "
-                                             "served one of its calls")
-                        try:
-                            data = writer.frame(answer)
-                        except (TypeError, ValueError, OverflowError):
-                            log.exception("a host function returned what cannot cross")
-                            data = writer.frame(["err", _HOST_BUG, "failed"])
-                        if watch is not None:
-                            watch.served(begun)
-                        self._send_packed(data, deadline if watch is None else watch.deadline)
-                    elif kind == "tick":
-                        # Only a run of several resumes sends these, one as each resume
-                        # after the first begins; any other would reset the watchdog
-                        # without limit.
-                        if watch is None or not watch.tick():
-                            raise self.violation("a tick frame the request does not allow")
-                    else:
-                        return reply  # type: ignore[no-any-return]
-            except (WorkerLost, SandboxClosed):
-                raise
-            except BaseException:
-                if not self._down and self._proc is not None:
-                    log.warning("worker %d stopped: the host abandoned its request",
-                                self._proc.pid)
-                    self._abandon()
-                raise
+            return self.request_locked(value, deadline, serve, watch, notes)
+
+    def request_locked(self, value: Any, deadline: float | None,
+                       serve: Callable[[list[Any]], list[Any]] | None = None,
+                       watch: Any = None, notes: list[Any] | None = None) -> list[Any]:
+        """:meth:`request`, by a caller that holds :attr:`lock` already."""
+        self._check_open()
+        if self._down:
+            raise WorkerLost("crashed", "the worker is down (revive it first)")
+        generation = self.generation
+        writer = self._writer
+        data = writer.frame(value)  # what cannot cross fails here, before anything is sent
+        if notes:
+            data = b"".join([*(writer.frame(note) for note in notes), data])
+        pipes, read = self._pipes, self._read
+        send: bytes | None = data  # what to write before the next read
+        try:
+            while True:
+                due = deadline if watch is None else watch.deadline
+                try:
+                    if send is not None:
+                        if pipes.write_fd < 0:
+                            raise FrameError("the pipe is closed")
+                        writer.write(send, due)
+                    reply = read(due)
+                except (FrameError, FrameTimeout, OSError) as exc:
+                    raise self._failure(exc) from None
+                kind = reply[0]
+                if kind == "call":
+                    if len(reply) != 3 or type(reply[1]) is not str \
+                            or type(reply[2]) is not list:
+                        raise self.violation(f"a malformed call: {str(reply)[:80]}")
+                    # A worker past its deadline gets no more calls served: one that
+                    # only ever sends calls would otherwise never be waited on, and
+                    # never meet the watchdog. Nor does one whose last call was
+                    # answered past its time (the watch says overdue): the host's time
+                    # in serving calls does not count against the deadline.
+                    begun = time.monotonic()
+                    if (due is not None and begun > due) or (
+                            watch is not None and watch.overdue):
+                        raise self._lost("time")
+                    answer = (["err", "no host functions are served here", "failed"]
+                              if serve is None else serve(reply))
+                    if self.generation != generation:
+                        raise WorkerLost("crashed", "the worker was lost while the host "
+                                         "served one of its calls")
+                    try:
+                        send = writer.frame(answer)
+                    except (TypeError, ValueError, OverflowError):
+                        log.exception("a host function returned what cannot cross")
+                        send = writer.frame(["err", _HOST_BUG, "failed"])
+                    if watch is not None:
+                        watch.served(begun)
+                elif kind == "tick":
+                    # Only a run of several resumes sends these, one as each resume
+                    # after the first begins; any other would reset the watchdog
+                    # without limit.
+                    if watch is None or not watch.tick():
+                        raise self.violation("a tick frame the request does not allow")
+                    send = None
+                else:
+                    return reply
+        except (WorkerLost, SandboxClosed):
+            raise
+        except BaseException:
+            if not self._down and self._proc is not None:
+                log.warning("worker %d stopped: the host abandoned its request",
+                            self._proc.pid)
+                self._abandon()
+            raise
 
     def violation(self, detail: str) -> WorkerLost:
         """The worker broke the protocol (what it sent is no frame, or no answer the host

@@ -408,7 +408,9 @@ class FrameReader:
             got = len(buf)
             if got > 4 and got - 4 == _HEADER.unpack_from(buf)[0]:
                 try:
-                    return _unpackb(memoryview(buf)[4:], raw=False, strict_map_key=False,
+                    # A slice, not a view: a view costs msgpack more than the copy of at
+                    # most one read does.
+                    return _unpackb(buf[4:], raw=False, strict_map_key=False,
                                     ext_hook=self._ext)
                 except Exception as exc:  # noqa: BLE001 - whatever the bytes were, not a frame
                     raise FrameCorrupt(f"a frame that does not decode: {exc!r}") from None

@@ -155,28 +155,23 @@ class _Watch:
 
     def begin(self, wall_s: float, ticks: int, now: float) -> None:
         """A request begins at ``now``: its first resume, and ``ticks`` more it may begin
-        (a ``run`` of ``max_resumes`` resumes: ``max_resumes - 1``; a ``resume``: none)."""
+        (a ``run`` of ``max_resumes`` resumes: ``max_resumes - 1``; a ``resume``: none).
+        The resume gets its own wall budget, and the watchdog its margin past it."""
         self.wall_s = wall_s
         self.ticks = ticks
-        self._restart(now)
+        sb = self.sandbox
+        sb._start, sb._deadline = now, now + wall_s
+        self.deadline = now + wall_s + sb.wall_margin_s
+        self.limit = self.deadline + sb.wall_margin_s
+        self.overdue = False
 
     def tick(self) -> bool:
         """The worker says the request's next resume begins; whether it may (a worker
         that says so more often than the request allows would hold the host forever)."""
         if self.ticks <= 0:
             return False
-        self.ticks -= 1
-        self._restart(time.monotonic())
+        self.begin(self.wall_s, self.ticks - 1, time.monotonic())
         return True
-
-    def _restart(self, now: float) -> None:
-        """A resume begins at ``now``: its own wall budget, and the watchdog's margin past
-        it."""
-        sb = self.sandbox
-        sb._start, sb._deadline = now, now + self.wall_s
-        self.deadline = now + self.wall_s + sb.wall_margin_s
-        self.limit = self.deadline + sb.wall_margin_s
-        self.overdue = False
 
     def served(self, begun: float) -> None:
         """The host answered a call, which it began serving at ``begun`` (monotonic seconds).
@@ -734,8 +729,8 @@ class IsolatedSandbox:
                     begun = time.monotonic()  # making the mod again is not its resume's time
                 self._running = run
                 self._watch.begin(budget.wall_s, ticks, begun)
-                reply = worker.request(frame, None, self._serve, self._watch,
-                                       self._notes() if self._dropped else None)
+                reply = worker.request_locked(frame, None, self._serve, self._watch,
+                                              self._notes() if self._dropped else None)
                 reports = (tuple(run.reports[first_report:]) if len(run.reports) > first_report
                            else ())
                 outcome = self._result(reply, reports)

@@ -237,6 +237,8 @@ class _Worker:
 
     def handle(self, request: list[Any]) -> list[Any] | None:
         try:
+            if request[0] == "resume":  # every handler call of the engine: no table, no slice
+                return self.op_resume(request[1], request[2], request[3], request[4])
             return self.ops[request[0]](*request[1:])  # type: ignore[no-any-return]
         except MemoryError:
             os._exit(self.p.EXIT_OUT_OF_MEMORY)
@@ -372,7 +374,7 @@ class _Worker:
             chunk = sb.load(source, name) if cid is None else self.chunks[(sid, cid)]
         run = sb.start(chunk)
         try:
-            outcome = run.resume(*args, budget=b)
+            outcome = run.resume(*args) if b is None else run.resume(*args, budget=b)
             count = 1
             steps, peak, wall = outcome.stats
             while outcome.status in ("yielded", "preempted"):
@@ -382,7 +384,7 @@ class _Worker:
                     outcome = outcome._replace(status="error", values=(), error=err)
                     break
                 self.send_tick()  # each resume has its own wall budget: the host's watchdog too
-                outcome = run.resume(budget=b)
+                outcome = run.resume() if b is None else run.resume(budget=b)
                 count += 1
                 s = outcome.stats
                 steps, wall, peak = steps + s.steps, wall + s.wall_s, max(peak, s.memory_peak_bytes)
@@ -410,7 +412,9 @@ class _Worker:
                   budget: dict[str, Any] | None) -> list[Any]:
         key = (sid, rid)
         run = self.runs[key]
-        outcome = run.resume(*args, budget=None if budget is None else self._budget(budget))
+        # No keyword when there is no budget: the run's own hot path takes positionals only.
+        outcome = (run.resume(*args) if budget is None
+                   else run.resume(*args, budget=self._budget(budget)))
         if not run._open:  # finished, or its runtime replaced
             self.runs.pop(key, None)
         return self.p.encode_result(outcome, self._snapshot(sid, outcome),
