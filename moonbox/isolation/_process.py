@@ -539,20 +539,6 @@ class WorkerProcess:
         except (FrameError, FrameTimeout) as exc:
             raise self._failure(exc) from None
 
-    def _read(self, deadline: float | None) -> list[Any]:
-        """The next frame, a message (see :meth:`FrameReader.read`; :meth:`_failure` says
-        what its exceptions mean).
-
-        Raises:
-            WorkerLost: what the worker sent is no message (it is killed then).
-        """
-        if self._pipes.read_fd < 0:
-            raise FrameError("the pipe is closed")
-        reply = self._reader.read(deadline)
-        if type(reply) is not list or not reply or type(reply[0]) is not str:
-            raise self.violation(f"a frame that is no message: {str(reply)[:80]}")
-        return reply
-
     def _failure(self, exc: Exception) -> WorkerLost:
         """What a failed read or write of a frame means: a deadline that passed (the worker
         is killed for time), a frame that is none (killed for breaking the protocol), or
@@ -563,17 +549,14 @@ class WorkerProcess:
             return self.violation(str(exc))
         return self._lost("crashed")
 
-    def receive(self, deadline: float | None) -> Any:
-        """The next frame, all of it read by ``deadline`` (monotonic seconds).
+    def receive(self, deadline: float | None) -> list[Any]:
+        """The next frame, a message, all of it read by ``deadline`` (monotonic seconds).
 
         Raises:
-            WorkerLost: the worker died, sent what is not a frame, or did not answer in
+            WorkerLost: the worker died, sent what is not a message, or did not answer in
                 time (it is killed then).
         """
-        try:
-            return self._read(deadline)
-        except (FrameError, FrameTimeout, OSError) as exc:
-            raise self._failure(exc) from None
+        return self.trip_locked(None, deadline)
 
     def request(self, value: Any, deadline: float | None,
                 serve: Callable[[list[Any]], list[Any]] | None = None,
@@ -612,33 +595,78 @@ class WorkerProcess:
         if self._down:
             raise WorkerLost("crashed", "the worker is down (revive it first)")
         generation = self.generation
+        reply = self.trip_locked(self.pack(value, notes),
+                                 deadline if watch is None else watch.deadline)
+        kind = reply[0]
+        if kind == "call" or kind == "tick":
+            reply = self.serve_locked(reply, generation, deadline, serve, watch)
+        return reply
+
+    def pack(self, value: Any, notes: list[Any] | None = None) -> bytes:
+        """A request as the frames to write: ``notes`` first (see :meth:`request`).
+
+        Raises:
+            TypeError, ValueError, OverflowError: what is not plain data msgpack can carry.
+        """
         writer = self._writer
-        data = writer.frame(value)  # what cannot cross fails here, before anything is sent
+        data = writer.frame(value)
         if notes:
             data = b"".join([*(writer.frame(note) for note in notes), data])
-        pipes, read = self._pipes, self._read
-        send: bytes | None = data  # what to write before the next read
+        return data
+
+    def trip_locked(self, data: bytes | None, deadline: float | None) -> list[Any]:
+        """Write ``data`` (packed frames; ``None``: nothing) and read the next message, by
+        ``deadline`` (monotonic seconds). The caller holds :attr:`lock` and made sure the
+        worker is up. Any exception but the worker's loss abandons the request in flight
+        (see :meth:`request`).
+
+        Raises:
+            WorkerLost: the worker died, sent what is not a message, or did not read or
+                answer in time (it is killed then).
+        """
+        try:
+            pipes = self._pipes
+            if data is not None:
+                if pipes.write_fd < 0:
+                    raise FrameError("the pipe is closed")
+                self._writer.write(data, deadline)
+            if pipes.read_fd < 0:
+                raise FrameError("the pipe is closed")
+            reply = self._reader.read(deadline)
+        except (FrameError, FrameTimeout, OSError) as exc:
+            raise self._failure(exc) from None
+        except BaseException:
+            self._abandon_request()
+            raise
+        if type(reply) is not list or not reply or type(reply[0]) is not str:
+            raise self.violation(f"a frame that is no message: {str(reply)[:80]}")
+        return reply
+
+    def serve_locked(self, reply: list[Any], generation: int, deadline: float | None,
+                     serve: Callable[[list[Any]], list[Any]] | None,
+                     watch: Any) -> list[Any]:
+        """Serve the worker's ``call`` and ``tick`` frames, ``reply`` first, until its
+        answer to the request of ``generation`` in flight, and return that answer (see
+        :meth:`request` for ``deadline``, ``serve`` and ``watch``). The caller holds
+        :attr:`lock`.
+
+        Raises:
+            WorkerLost: see :meth:`request`.
+        """
+        writer = self._writer
         try:
             while True:
-                due = deadline if watch is None else watch.deadline
-                try:
-                    if send is not None:
-                        if pipes.write_fd < 0:
-                            raise FrameError("the pipe is closed")
-                        writer.write(send, due)
-                    reply = read(due)
-                except (FrameError, FrameTimeout, OSError) as exc:
-                    raise self._failure(exc) from None
                 kind = reply[0]
                 if kind == "call":
                     if len(reply) != 3 or type(reply[1]) is not str \
                             or type(reply[2]) is not list:
                         raise self.violation(f"a malformed call: {str(reply)[:80]}")
-                    # A worker past its deadline gets no more calls served: one that
-                    # only ever sends calls would otherwise never be waited on, and
-                    # never meet the watchdog. Nor does one whose last call was
-                    # answered past its time (the watch says overdue): the host's time
-                    # in serving calls does not count against the deadline.
+                    # A worker past its deadline gets no more calls served: one that only
+                    # ever sends calls would otherwise never be waited on, and never meet
+                    # the watchdog. Nor does one whose last call was answered past its
+                    # time (the watch says overdue): the host's time in serving calls does
+                    # not count against the deadline.
+                    due = deadline if watch is None else watch.deadline
                     begun = time.monotonic()
                     if (due is not None and begun > due) or (
                             watch is not None and watch.overdue):
@@ -649,29 +677,33 @@ class WorkerProcess:
                         raise WorkerLost("crashed", "the worker was lost while the host "
                                          "served one of its calls")
                     try:
-                        send = writer.frame(answer)
+                        send: bytes | None = writer.frame(answer)
                     except (TypeError, ValueError, OverflowError):
                         log.exception("a host function returned what cannot cross")
                         send = writer.frame(["err", _HOST_BUG, "failed"])
                     if watch is not None:
                         watch.served(begun)
                 elif kind == "tick":
-                    # Only a run of several resumes sends these, one as each resume
-                    # after the first begins; any other would reset the watchdog
-                    # without limit.
+                    # Only a run of several resumes sends these, one as each resume after
+                    # the first begins; any other would reset the watchdog without limit.
                     if watch is None or not watch.tick():
                         raise self.violation("a tick frame the request does not allow")
                     send = None
                 else:
                     return reply
+                reply = self.trip_locked(send, deadline if watch is None else watch.deadline)
         except (WorkerLost, SandboxClosed):
             raise
         except BaseException:
-            if not self._down and self._proc is not None:
-                log.warning("worker %d stopped: the host abandoned its request",
-                            self._proc.pid)
-                self._abandon()
+            self._abandon_request()
             raise
+
+    def _abandon_request(self) -> None:
+        """The host gave up on the request in flight (an exception other than the worker's
+        loss): the worker is stopped, since its answer would reach the next request."""
+        if not self._down and self._proc is not None:
+            log.warning("worker %d stopped: the host abandoned its request", self._proc.pid)
+            self._abandon()
 
     def violation(self, detail: str) -> WorkerLost:
         """The worker broke the protocol (what it sent is no frame, or no answer the host

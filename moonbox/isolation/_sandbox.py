@@ -76,6 +76,8 @@ _OK_STATUSES = frozenset({"done", "yielded", "preempted"})
 _STATUSES = _OK_STATUSES | {"error", "budget"}
 _NUMBERS = (int, float)
 _tuple_new = tuple.__new__
+_monotonic = time.monotonic
+_INF = math.inf
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ids = itertools.count(1)
 _FAILS = {"ConfigError": ConfigError, "SandboxClosed": SandboxClosed}
@@ -246,18 +248,17 @@ class IsolatedRun(_Reports):
                 that held it was lost.
         """
         sb = self.sandbox
-        if self.status in _FINISHED:
-            raise SandboxClosed(f"the run of {self.chunk.name} is finished ({self.status})")
-        sb._check_open()
-        if sb._made != self._made or sb.lost:
-            self.status = "error"
-            raise SandboxClosed(f"the run of {self.chunk.name} was lost with its worker; "
-                                "start it again")
+        worker = sb._worker
+        # The hot path of every handler call of the engine: one test for all that refuses
+        # the resume, the refusal itself in _refuse.
+        if (self.status in _FINISHED or sb._closed or worker._closed or sb._made != self._made
+                or sb._generation != worker.generation or worker._down
+                or (sb._pool is not None and sb._pool._closed)):
+            self._refuse()
         first = len(self.reports)
         frame = ["resume", sb._id, self._id, args,
                  None if budget is None else sb._budget_frame(budget)]
-        outcome = sb._exchange(frame, budget or sb.budget, self.chunk.name, self, first,
-                               checked=True)
+        outcome = sb._exchange(frame, budget or sb.budget, self.chunk.name, self, first)
         self.resumes += 1
         s = outcome[4]
         self._steps += s[0]
@@ -266,6 +267,22 @@ class IsolatedRun(_Reports):
         self._wall_s += s[2]
         self.status = outcome[0]
         return outcome
+
+    def _refuse(self) -> None:
+        """Raise why the run cannot be resumed (if it can after all, return).
+
+        Raises:
+            SandboxClosed: the run is finished, its sandbox closed, or the worker that held
+                it was lost.
+        """
+        sb = self.sandbox
+        if self.status in _FINISHED:
+            raise SandboxClosed(f"the run of {self.chunk.name} is finished ({self.status})")
+        sb._check_open()
+        if sb._made != self._made or sb.lost:
+            self.status = "error"
+            raise SandboxClosed(f"the run of {self.chunk.name} was lost with its worker; "
+                                "start it again")
 
     def finish(self, *args: Any, max_resumes: int = 1000, budget: Budget | None = None) -> Outcome:
         """Resume until the chunk returns, fails or trips (see :meth:`Run.finish`)."""
@@ -696,6 +713,7 @@ class IsolatedSandbox:
             name = chunk
             frame = ["run", self._id, None, source, chunk, list(args), max_resumes,
                      budget_frame]
+        self._check_open()
         reports = _Reports()
         # The worker begins each resume after the first with a tick frame: as many as that.
         return self._exchange(frame, budget or self.budget, name, reports, 0,
@@ -705,43 +723,52 @@ class IsolatedSandbox:
         return None if budget is self.budget or budget == self.budget else budget.model_dump()
 
     def _exchange(self, frame: list[Any], budget: Budget, name: str, run: _Reports,
-                  first_report: int, ticks: int = 0, checked: bool = False) -> Outcome:
+                  first_report: int, ticks: int = 0) -> Outcome:
         """Send a request that runs mod code, under the watchdog; an outcome either way.
-        ``ticks``: the resumes past the first the request may begin (tick frames).
-        ``checked``: the caller made sure the sandbox is open.
+        ``ticks``: the resumes past the first the request may begin (tick frames). The
+        caller made sure the sandbox is open.
+
+        The hot path of every call into the mod, kept flat: the request goes out and the
+        answer comes back in one step of the worker's (:meth:`WorkerProcess.trip_locked`),
+        and only calls and ticks take the general loop.
 
         Raises:
             HostError: a run of this sandbox is running (a host function serving it called
                 back into the same mod), refused as in process before the request in
                 flight is touched: its watchdog, deadline and reports stay its own.
+            TypeError: the request is not plain data (nothing was sent).
         """
-        if not checked:
-            self._check_open()
         if self._running is not None:
             raise HostError("a run cannot be resumed while another run of the sandbox runs")
         worker = self._worker
         with worker.lock:
-            start = time.monotonic()
+            start = _monotonic()
             try:
                 begun = start
                 if self._generation != worker.generation or worker._down or self._remake:
                     self._ensure()
-                    begun = time.monotonic()  # making the mod again is not its resume's time
+                    begun = _monotonic()  # making the mod again is not its resume's time
+                generation = worker.generation
+                data = (worker.pack(frame, self._notes()) if self._dropped
+                        else worker._writer.frame(frame))
                 self._running = run
-                self._watch.begin(budget.wall_s, ticks, begun)
-                reply = worker.request_locked(frame, None, self._serve, self._watch,
-                                              self._notes() if self._dropped else None)
+                watch = self._watch
+                watch.begin(budget.wall_s, ticks, begun)
+                reply = worker.trip_locked(data, watch.deadline)
+                kind = reply[0]
+                if kind == "call" or kind == "tick":
+                    reply = worker.serve_locked(reply, generation, None, self._serve, watch)
                 reports = (tuple(run.reports[first_report:]) if len(run.reports) > first_report
                            else ())
                 outcome = self._result(reply, reports)
             except WorkerLost as lost:
-                wall_s = time.monotonic() - start
+                wall_s = _monotonic() - start
                 self._after_loss()
                 if isinstance(run, IsolatedRun):
                     run._made = -1
                 return self._lost_outcome(lost, budget, name, run, first_report, wall_s)
             finally:
-                self._running, self._deadline = None, math.inf
+                self._running, self._deadline = None, _INF
         return outcome
 
     def _result(self, reply: list[Any], reports: tuple[str, ...]) -> Outcome:
@@ -751,6 +778,23 @@ class IsolatedSandbox:
             WorkerLost: the answer is malformed (the worker is killed).
             HostError, SandboxClosed, ConfigError: the worker refused the request.
         """
+        if len(reply) == 9:
+            _, status, values, steps, peak, wall_s, error, snapshot, replaced = reply
+            if (error is None and reply[0] == "r" and type(status) is str
+                    and status in _OK_STATUSES and type(values) is list and type(steps) is int
+                    and type(peak) is int and type(wall_s) is float and type(replaced) is int
+                    and replaced == self._replaced_here):
+                # The usual answer: no error, the same runtime, at most a snapshot.
+                if snapshot is not None:
+                    if type(snapshot) is not list or len(snapshot) != 1:
+                        return self._unusual_result(reply, reports)
+                    self._snapshot = (snapshot[0],)
+                return _tuple_new(Outcome, (status, tuple(values), None, reports,
+                                            _tuple_new(Stats, (steps, peak, wall_s))))
+        return self._unusual_result(reply, reports)
+
+    def _unusual_result(self, reply: list[Any], reports: tuple[str, ...]) -> Outcome:
+        """:meth:`_result` of any answer but the usual one."""
         kind = reply[0]
         if kind != "r":
             if kind == "script":
@@ -768,10 +812,7 @@ class IsolatedSandbox:
                 or (error is not None and status not in _STATUSES)):
             raise self._worker.violation(f"a malformed result: {str(reply)[:80]}")
         if error is None:
-            outcome = _tuple_new(Outcome, (status, tuple(values), None, reports,
-                                           _tuple_new(Stats, (steps, peak, wall_s))))
-            if snapshot is None and replaced == self._replaced_here:
-                return outcome  # the usual answer: nothing more to take from it
+            outcome = Outcome(status, tuple(values), None, reports, Stats(steps, peak, wall_s))
         else:
             try:
                 outcome = Outcome(status, (), decode_error(error), reports,
