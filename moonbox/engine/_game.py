@@ -588,8 +588,7 @@ class Game:
     def _ready_isolated(self, mod: Mod) -> bool:
         """Make sure an isolated mod's runtime is alive before it is called: a fresh worker
         if its worker was lost, and the mod built again there. Whether it can be called."""
-        sandbox = mod.sandbox
-        assert isinstance(sandbox, IsolatedSandbox)
+        sandbox: IsolatedSandbox = mod.sandbox  # type: ignore[assignment]
         if not sandbox.lost and sandbox.restores == mod._built:
             return True
         try:

@@ -511,7 +511,6 @@ def decode_error(data: dict[str, Any] | None) -> ScriptError | None:
 
 
 def encode_result(outcome: Outcome, snapshot: Any, replacements: int) -> list[Any]:
-    s = outcome.stats
-    error = outcome.error
-    return ["r", outcome.status, outcome.values, s[0], s[1], s[2],
+    status, values, error, _, s = outcome
+    return ["r", status, values, s[0], s[1], s[2],
             None if error is None else encode_error(error), snapshot, replacements]

@@ -233,8 +233,9 @@ class IsolatedRun(_Reports):
     def _open(self) -> bool:
         """Resumable: not finished, and its sandbox still lives in the worker that holds it."""
         sb = self.sandbox
+        worker = sb._worker  # not sb.lost, written out: the engine asks before every call
         return (self.status not in _FINISHED and not sb._closed and sb._made == self._made
-                and not sb.lost)
+                and sb._generation == worker.generation and not worker._down)
 
     @property
     def stats(self) -> Stats:

@@ -212,9 +212,10 @@ class _Worker:
 
     def serve(self) -> None:
         """Answer requests until the host closes the pipe."""
-        read, send, handle = self.reader.read, self.writer.send, self.handle
+        read, handle = self.reader.read, self.handle
+        frame, write = self.writer.frame, self.writer.write
         self._warm_up()
-        send(["ready", os.getpid()])
+        write(frame(["ready", os.getpid()]))
         while True:
             try:
                 request = read()
@@ -222,7 +223,7 @@ class _Worker:
                 return
             answer = handle(request)
             if answer is not None:
-                send(answer)
+                write(frame(answer))
 
     def _warm_up(self) -> None:
         """Pay the first sandbox's one-time costs (compiling the instrumenter's patterns,
