@@ -137,6 +137,42 @@ def test_tick_after_a_crash(benchmark: Any, spare_workers: int) -> None:
         benchmark.pedantic(_tick_after_crash, setup=setup, rounds=2)
 
 
+# A game that ticks at 60 Hz calls each mod once per tick: between calls, the worker has
+# gone to sleep (it busy-waits for the next request for a window only) and so have the
+# caches, in process too.
+IDLE_S = 1 / 60
+
+
+@pytest.mark.parametrize("mode", ["in-process", "isolated-no-state"])
+def test_call_after_idle(benchmark: Any, mode: str) -> None:
+    """One call of the trivial handler after 1/60 s of nothing (only the call is timed)."""
+    benchmark.group = "one trivial call after 1/60 s idle"
+    b = IsolationBench(mode)
+    try:
+        call = b.handler("trivial")
+        benchmark.pedantic(call, setup=lambda: time.sleep(IDLE_S), rounds=30)
+    finally:
+        b.close()
+
+
+def after_idle_us(mode: str, calls: int = 100) -> float:
+    """The median of single trivial calls, each after :data:`IDLE_S` of nothing."""
+    b = IsolationBench(mode)
+    try:
+        call = b.handler("trivial")
+        for _ in range(50):
+            call()
+        samples = []
+        for _ in range(calls):
+            time.sleep(IDLE_S)
+            t0 = time.perf_counter()
+            call()
+            samples.append(time.perf_counter() - t0)
+        return statistics.median(samples) * 1e6
+    finally:
+        b.close()
+
+
 def _median_us(fn: Callable[[], Any], seconds: float) -> float:
     for _ in range(200):
         fn()
@@ -184,6 +220,10 @@ def report(seconds: float = 2.0) -> None:
     raw = _median_us(raw_in_process(), seconds)
     print(f"{'raw floor (no sandbox)':<24}{raw:>10.1f}us{isolated:>10.1f}us{'':>12}"
           f"{isolated - raw:>14.1f}us")
+    idle = {mode: after_idle_us(mode) for mode in ("in-process", "isolated-no-state")}
+    print(f"{'trivial, after 1/60 s idle':<24}{idle['in-process']:>10.1f}us{'':>12}"
+          f"{idle['isolated-no-state']:>10.1f}us"
+          f"{idle['isolated-no-state'] - idle['in-process']:>14.1f}us")
     print(f"the tick after a crash: {tick_after_crash_ms(1):.0f} ms with a spare worker, "
           f"{tick_after_crash_ms(0):.0f} ms without")
 

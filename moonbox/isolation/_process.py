@@ -523,22 +523,6 @@ class WorkerProcess:
 
     # -- frames --------------------------------------------------------------------------
 
-    def send(self, value: Any, deadline: float | None = None) -> None:
-        """Send one frame, whole by ``deadline`` (monotonic seconds).
-
-        Raises:
-            SandboxClosed: this worker was closed.
-            WorkerLost: the worker is gone, or stopped reading past the deadline (it is
-                killed then).
-        """
-        self._check_open()
-        try:
-            if self._pipes.write_fd < 0:
-                raise FrameError("the pipe is closed")
-            self._writer.write(self._writer.frame(value), deadline)
-        except (FrameError, FrameTimeout) as exc:
-            raise self._failure(exc) from None
-
     def _failure(self, exc: Exception) -> WorkerLost:
         """What a failed read or write of a frame means: a deadline that passed (the worker
         is killed for time), a frame that is none (killed for breaking the protocol), or

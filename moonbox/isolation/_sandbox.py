@@ -270,7 +270,7 @@ class IsolatedRun(_Reports):
         return outcome
 
     def _refuse(self) -> None:
-        """Raise why the run cannot be resumed (if it can after all, return).
+        """Raise why the run cannot be resumed.
 
         Raises:
             SandboxClosed: the run is finished, its sandbox closed, or the worker that held
@@ -750,8 +750,7 @@ class IsolatedSandbox:
                     self._ensure()
                     begun = _monotonic()  # making the mod again is not its resume's time
                 generation = worker.generation
-                data = (worker.pack(frame, self._notes()) if self._dropped
-                        else worker._writer.frame(frame))
+                data = worker.pack(frame, self._notes() if self._dropped else None)
                 self._running = run
                 watch = self._watch
                 watch.begin(budget.wall_s, ticks, begun)

@@ -107,7 +107,7 @@ def test_a_sandbox_of_a_closed_pool_refuses_every_call(tmp_path):
         with pytest.raises(SandboxClosed):
             sb.load("return 1")
         with pytest.raises(SandboxClosed):
-            worker.send(["run"])
+            worker.request(["memory", 1], None)
         with pytest.raises(SandboxClosed):
             worker.respawn()
     assert victim.read_bytes() == b""
