@@ -368,7 +368,7 @@ class _Worker:
                args: list[Any], max_resumes: int, budget: dict[str, Any] | None,
                fn: int | None = None) -> list[Any]:
         sb = self.sandboxes[sid]
-        b = self._budget(budget)
+        b = None if budget is None else self._budget(budget)
         if fn is not None:
             chunk = self.functions[(sid, fn)]
         else:
