@@ -534,13 +534,14 @@ class WorkerProcess:
         return self._lost("crashed")
 
     def receive(self, deadline: float | None) -> list[Any]:
-        """The next frame, a message, all of it read by ``deadline`` (monotonic seconds).
+        """The next message, all of it read by ``deadline`` (monotonic seconds): what a
+        worker sends first (see :meth:`exchange_locked`, which this is without a request).
 
         Raises:
             WorkerLost: the worker died, sent what is not a message, or did not answer in
                 time (it is killed then).
         """
-        return self.trip_locked(None, deadline)
+        return self.exchange_locked(None, self.generation, deadline, None, None)
 
     def request(self, value: Any, deadline: float | None,
                 serve: Callable[[list[Any]], list[Any]] | None = None,
@@ -578,13 +579,8 @@ class WorkerProcess:
         self._check_open()
         if self._down:
             raise WorkerLost("crashed", "the worker is down (revive it first)")
-        generation = self.generation
-        reply = self.trip_locked(self.pack(value, notes),
-                                 deadline if watch is None else watch.deadline)
-        kind = reply[0]
-        if kind == "call" or kind == "tick":
-            reply = self.serve_locked(reply, generation, deadline, serve, watch)
-        return reply
+        return self.exchange_locked(self.pack(value, notes), self.generation, deadline,
+                                    serve, watch)
 
     def pack(self, value: Any, notes: list[Any] | None = None) -> bytes:
         """A request as the frames to write: ``notes`` first (see :meth:`request`).
@@ -598,48 +594,34 @@ class WorkerProcess:
             data = b"".join([*(writer.frame(note) for note in notes), data])
         return data
 
-    def trip_locked(self, data: bytes | None, deadline: float | None) -> list[Any]:
-        """Write ``data`` (packed frames; ``None``: nothing) and read the next message, by
-        ``deadline`` (monotonic seconds). The caller holds :attr:`lock` and made sure the
-        worker is up. Any exception but the worker's loss abandons the request in flight
-        (see :meth:`request`).
+    def exchange_locked(self, data: bytes | None, generation: int, deadline: float | None,
+                        serve: Callable[[list[Any]], list[Any]] | None,
+                        watch: Any) -> list[Any]:
+        """Write a packed request (``None``: none, only read) and return the worker's
+        answer, serving its ``call`` and ``tick`` frames on the way (see :meth:`request` for
+        ``deadline``, ``serve``, ``watch`` and what abandons the request). The caller holds
+        :attr:`lock` and made sure the worker of ``generation`` is up.
 
         Raises:
-            WorkerLost: the worker died, sent what is not a message, or did not read or
-                answer in time (it is killed then).
-        """
-        try:
-            pipes = self._pipes
-            if data is not None:
-                if pipes.write_fd < 0:
-                    raise FrameError("the pipe is closed")
-                self._writer.write(data, deadline)
-            if pipes.read_fd < 0:
-                raise FrameError("the pipe is closed")
-            reply = self._reader.read(deadline)
-        except (FrameError, FrameTimeout, OSError) as exc:
-            raise self._failure(exc) from None
-        except BaseException:
-            self._abandon_request()
-            raise
-        if type(reply) is not list or not reply or type(reply[0]) is not str:
-            raise self.violation(f"a frame that is no message: {str(reply)[:80]}")
-        return reply
-
-    def serve_locked(self, reply: list[Any], generation: int, deadline: float | None,
-                     serve: Callable[[list[Any]], list[Any]] | None,
-                     watch: Any) -> list[Any]:
-        """Serve the worker's ``call`` and ``tick`` frames, ``reply`` first, until its
-        answer to the request of ``generation`` in flight, and return that answer (see
-        :meth:`request` for ``deadline``, ``serve`` and ``watch``). The caller holds
-        :attr:`lock`.
-
-        Raises:
+            SandboxClosed: the worker was closed while the host served one of its calls.
             WorkerLost: see :meth:`request`.
         """
-        writer = self._writer
+        writer, pipes, reader = self._writer, self._pipes, self._reader
         try:
             while True:
+                due = deadline if watch is None else watch.deadline
+                try:
+                    if data is not None:
+                        if pipes.write_fd < 0:
+                            raise FrameError("the pipe is closed")
+                        writer.write(data, due)
+                    if pipes.read_fd < 0:
+                        raise FrameError("the pipe is closed")
+                    reply = reader.read(due)
+                except (FrameError, FrameTimeout, OSError) as exc:
+                    raise self._failure(exc) from None
+                if type(reply) is not list or not reply or type(reply[0]) is not str:
+                    raise self.violation(f"a frame that is no message: {str(reply)[:80]}")
                 kind = reply[0]
                 if kind == "call":
                     if len(reply) != 3 or type(reply[1]) is not str \
@@ -650,7 +632,6 @@ class WorkerProcess:
                     # the watchdog. Nor does one whose last call was answered past its
                     # time (the watch says overdue): the host's time in serving calls does
                     # not count against the deadline.
-                    due = deadline if watch is None else watch.deadline
                     begun = time.monotonic()
                     if (due is not None and begun > due) or (
                             watch is not None and watch.overdue):
@@ -660,11 +641,12 @@ class WorkerProcess:
                     if self.generation != generation:
                         raise WorkerLost("crashed", "the worker was lost while the host "
                                          "served one of its calls")
+                    self._check_open()  # closed by the host function (its sandbox or pool)
                     try:
-                        send: bytes | None = writer.frame(answer)
+                        data = writer.frame(answer)
                     except (TypeError, ValueError, OverflowError):
                         log.exception("a host function returned what cannot cross")
-                        send = writer.frame(["err", _HOST_BUG, "failed"])
+                        data = writer.frame(["err", _HOST_BUG, "failed"])
                     if watch is not None:
                         watch.served(begun)
                 elif kind == "tick":
@@ -672,13 +654,14 @@ class WorkerProcess:
                     # the first begins; any other would reset the watchdog without limit.
                     if watch is None or not watch.tick():
                         raise self.violation("a tick frame the request does not allow")
-                    send = None
+                    data = None
                 else:
                     return reply
-                reply = self.trip_locked(send, deadline if watch is None else watch.deadline)
         except (WorkerLost, SandboxClosed):
             raise
         except BaseException:
+            # Anything else (an interrupt, a host function's BaseException, a signal
+            # handler's timeout) abandons the request: its answer would reach the next one.
             self._abandon_request()
             raise
 

@@ -729,15 +729,17 @@ class IsolatedSandbox:
         ``ticks``: the resumes past the first the request may begin (tick frames). The
         caller made sure the sandbox is open.
 
-        The hot path of every call into the mod, kept flat: the request goes out and the
-        answer comes back in one step of the worker's (:meth:`WorkerProcess.trip_locked`),
-        and only calls and ticks take the general loop.
+        The hot path of every call into the mod: the sandbox checked it is open, and the
+        worker's lock is held here, so the worker is asked without its own checks
+        (:meth:`WorkerProcess.exchange_locked`), and the usual answer is read on a short
+        path (:meth:`_result`).
 
         Raises:
             HostError: a run of this sandbox is running (a host function serving it called
                 back into the same mod), refused as in process before the request in
                 flight is touched: its watchdog, deadline and reports stay its own.
-            TypeError: the request is not plain data (nothing was sent).
+            TypeError, ValueError, OverflowError: the request is not plain data (nothing
+                was sent).
         """
         if self._running is not None:
             raise HostError("a run cannot be resumed while another run of the sandbox runs")
@@ -754,10 +756,7 @@ class IsolatedSandbox:
                 self._running = run
                 watch = self._watch
                 watch.begin(budget.wall_s, ticks, begun)
-                reply = worker.trip_locked(data, watch.deadline)
-                kind = reply[0]
-                if kind == "call" or kind == "tick":
-                    reply = worker.serve_locked(reply, generation, None, self._serve, watch)
+                reply = worker.exchange_locked(data, generation, None, self._serve, watch)
                 reports = (tuple(run.reports[first_report:]) if len(run.reports) > first_report
                            else ())
                 outcome = self._result(reply, reports)

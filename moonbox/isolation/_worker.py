@@ -413,7 +413,7 @@ class _Worker:
                   budget: dict[str, Any] | None) -> list[Any]:
         key = (sid, rid)
         run = self.runs[key]
-        # No keyword when there is no budget: the run's own hot path takes positionals only.
+        # No keyword when there is no budget: a call with one costs the run's hot path more.
         outcome = (run.resume(*args) if budget is None
                    else run.resume(*args, budget=self._budget(budget)))
         if not run._open:  # finished, or its runtime replaced

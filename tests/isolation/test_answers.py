@@ -42,7 +42,7 @@ def _answers(draw: st.DrawFn) -> list[Any]:
     reply = list(_USUAL)
     for index in draw(st.lists(st.integers(0, 8), min_size=1, max_size=3, unique=True)):
         reply[index] = draw(st.sampled_from(_OTHERS[index]) | _ANY)
-    if type(reply[0]) is not str:  # what the host reads is a message (see trip_locked)
+    if type(reply[0]) is not str:  # what the host reads is a message (see exchange_locked)
         reply[0] = "r"
     return reply
 

@@ -91,6 +91,18 @@ def test_a_base_exception_from_a_host_function_stops_the_worker():
         sb.close()
 
 
+def test_a_host_function_that_closes_its_sandbox_ends_the_call_as_closed(caplog):
+    mine: list[IsolatedSandbox] = []
+    sb = IsolatedSandbox(host_functions=[_Function("close_me", lambda: mine[0].close() or ())],
+                         state_global=None)
+    mine.append(sb)
+    pid = sb.pid
+    with pytest.raises(SandboxClosed):
+        sb.run("close_me() return 'never'")
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert "lost" not in caplog.text  # closed, not a crash of the worker
+
+
 # -- 2. a closed pool --------------------------------------------------------------------
 
 
