@@ -588,10 +588,10 @@ class WorkerProcess:
         Raises:
             TypeError, ValueError, OverflowError: what is not plain data msgpack can carry.
         """
-        writer = self._writer
-        data = writer.frame(value)
-        if notes:
-            data = b"".join([*(writer.frame(note) for note in notes), data])
+        frame = self._writer.frame
+        data = frame(value)
+        if notes:  # (map, not a generator: a closure would cost every call a cell)
+            data = b"".join([*map(frame, notes), data])
         return data
 
     def exchange_locked(self, data: bytes | None, generation: int, deadline: float | None,
