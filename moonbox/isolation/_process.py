@@ -39,6 +39,7 @@ _HOST_BUG = "the host failed to handle this call (a host bug, logged)"
 LossCause = Literal["time", "memory", "crashed"]
 
 _CPU_WINDOW_S = 1.0  # the shortest window a worker's CPU share is taken over
+_CLOSE_WAIT_S = 5.0  # how long close() waits for a request in flight to let go
 
 # The worker sets its own address-space limit before it loads anything (see _worker.main).
 _BOOT = (
@@ -507,7 +508,14 @@ class WorkerProcess:
         return not self._closed and self.pid is not None
 
     def close(self, timeout_s: float = 2.0) -> None:
-        """Ask the worker to exit (end of its input), kill it after ``timeout_s``; reap it."""
+        """Ask the worker to exit (end of its input), kill it after ``timeout_s``; reap it.
+
+        The end of the pipe it answers on is closed only once no request is reading it:
+        the worker is dead by then, so a request in flight on another thread meets the end
+        of the pipe and lets go (a descriptor closed under a reader could be reused by a
+        file opened meanwhile, which the reader would then read from). Only a host function
+        holding the worker for more than :data:`_CLOSE_WAIT_S` is not waited for.
+        """
         if self._closed:
             return
         self._closed = True
@@ -518,7 +526,16 @@ class WorkerProcess:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 pass
-        self._reap()
+            _kill(proc)
+        if self.lock.acquire(timeout=_CLOSE_WAIT_S):
+            try:
+                self._reap()
+            finally:
+                self.lock.release()
+        else:
+            log.warning("worker %s closed while a request still held it",
+                        None if proc is None else proc.pid)
+            self._reap()
         self._down = True
 
     # -- frames --------------------------------------------------------------------------

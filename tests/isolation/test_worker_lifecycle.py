@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import psutil
@@ -101,6 +102,44 @@ def test_a_host_function_that_closes_its_sandbox_ends_the_call_as_closed(caplog)
         sb.run("close_me() return 'never'")
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert "lost" not in caplog.text  # closed, not a crash of the worker
+
+
+def test_closing_a_worker_leaves_its_pipe_to_the_request_in_flight():
+    # A descriptor closed under a reader could be reused by a file opened meanwhile, and
+    # the reader would read that file: close() waits for the request to let go.
+    closing = threading.Event()
+    seen: list[int] = []
+
+    def slow():
+        closing.wait(5)
+        time.sleep(0.3)  # close() has begun, and killed the worker
+        seen.append(worker._read_fd)
+        return ()
+
+    sb = IsolatedSandbox(host_functions=[_Function("slow", slow)], state_global=None)
+    worker = sb._worker
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            sb.run("slow() return 1")
+        except BaseException as exc:  # noqa: BLE001 - what the request ended with
+            failures.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        time.sleep(0.3)  # the worker waits for slow()'s answer
+        closing.set()
+        worker.close(timeout_s=0.1)
+        thread.join(5)
+        assert seen and seen[0] >= 0  # still open while the request held the worker
+        assert worker._read_fd == -1  # and closed once it let go
+        assert len(failures) == 1 and isinstance(failures[0], SandboxClosed)
+    finally:
+        closing.set()
+        thread.join(5)
+        sb.close()
 
 
 # -- 2. a closed pool --------------------------------------------------------------------
