@@ -212,10 +212,9 @@ class _Worker:
 
     def serve(self) -> None:
         """Answer requests until the host closes the pipe."""
-        read, handle = self.reader.read, self.handle
-        frame, write = self.writer.frame, self.writer.write
+        read, send, handle = self.reader.read, self.writer.send, self.handle
         self._warm_up()
-        write(frame(["ready", os.getpid()]))
+        send(["ready", os.getpid()])
         while True:
             try:
                 request = read()
@@ -223,7 +222,7 @@ class _Worker:
                 return
             answer = handle(request)
             if answer is not None:
-                write(frame(answer))
+                send(answer)
 
     def _warm_up(self) -> None:
         """Pay the first sandbox's one-time costs (compiling the instrumenter's patterns,
@@ -368,7 +367,7 @@ class _Worker:
                args: list[Any], max_resumes: int, budget: dict[str, Any] | None,
                fn: int | None = None) -> list[Any]:
         sb = self.sandboxes[sid]
-        b = None if budget is None else self._budget(budget)
+        b = self._budget(budget)
         if fn is not None:
             chunk = self.functions[(sid, fn)]
         else:
