@@ -152,6 +152,18 @@ def pack(value: Any) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
+# poll's longest timeout (a C int of milliseconds, 24 days): a later deadline is cut to it.
+_MAX_POLL_MS = 2**31 - 1
+
+
+def _timeout_ms(deadline: float | None) -> int | None:
+    """poll's timeout for ``deadline`` (monotonic seconds; ``None``: none). A deadline
+    already past still takes what is ready."""
+    if deadline is None:
+        return None
+    return min(max(0, int((deadline - _monotonic()) * 1000) + 1), _MAX_POLL_MS)
+
+
 class _Poller:
     """One poll object for one descriptor, registered once."""
 
@@ -168,10 +180,7 @@ class _Poller:
         Raises:
             FrameTimeout: the deadline passed first.
         """
-        timeout_ms = None
-        if deadline is not None:
-            timeout_ms = max(0, int((deadline - time.monotonic()) * 1000) + 1)
-        if not self._poll.poll(timeout_ms):
+        if not self._poll.poll(_timeout_ms(deadline)):
             raise FrameTimeout("the deadline passed in the middle of a frame")
 
 
@@ -394,8 +403,7 @@ class FrameReader:
                     buf = self._spin(began, deadline)
             if not buf:
                 if deadline is not None or self._nonblocking:  # wait, then read
-                    if not self._poller._poll.poll(None if deadline is None else
-                                             max(0, int((deadline - _monotonic()) * 1000) + 1)):
+                    if not self._poller._poll.poll(_timeout_ms(deadline)):
                         raise FrameTimeout("the deadline passed in the middle of a frame")
                 try:
                     buf = _read(self.fd, _READ_BYTES)

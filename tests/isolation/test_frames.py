@@ -19,6 +19,7 @@ from moonbox.isolation._protocol import (
     FrameError,
     FrameReader,
     FrameTimeout,
+    FrameWriter,
     pack,
     spin_window,
 )
@@ -216,6 +217,23 @@ def test_a_reader_without_a_deadline_waits_for_as_long_as_it_takes(pipe):
         reader = FrameReader(r, spin_s=spin)
         _later(0.05, os.write, w, pack(["ok", spin]))
         assert reader.read() == ["ok", spin]
+
+
+def test_a_deadline_past_what_poll_can_wait_at_once_is_a_long_wait(pipe):
+    # A wall budget of years (Budget bounds it only to be finite): poll takes a C int of
+    # milliseconds, and the reader must not overflow it.
+    r, w = pipe
+    reader = FrameReader(r)
+    _later(0.05, os.write, w, pack(["far"]))
+    assert reader.read(time.monotonic() + 1e8) == ["far"]
+    # A frame larger than the pipe: the writer waits for room, as long as the reader takes.
+    os.set_blocking(w, False)
+    big = pack(["x" * (1 << 20)])
+    got = []
+    drain = _later(0.05, lambda: got.append(reader.read(time.monotonic() + 30)))
+    FrameWriter(w).write(big, time.monotonic() + 1e8)
+    drain.join(30)
+    assert got == [["x" * (1 << 20)]]
 
 
 def _next_interval(reader: FrameReader) -> None:
