@@ -37,6 +37,7 @@ from ._bench_isolation import TARGET_ROUND_TRIP_US, isolation_costs
 from ._errors import HostError, MoonboxError
 from .bindings import Registry, default_bindings
 from .bindings import add as add_binding
+from .isolation._protocol import compiled_wire
 from .sandbox import Budget, HostCall, Sandbox
 
 __all__ = [
@@ -506,6 +507,9 @@ def _environment() -> dict[str, Any]:
         "luajit": rt.eval("jit.version"),
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
+        # How isolated sandboxes wait for and read each other's frames (see
+        # moonbox/isolation/_wire.c): "python" where the compiled module was not built.
+        "isolation_wire": "compiled" if compiled_wire() else "python",
     }
 
 
@@ -566,8 +570,10 @@ def _render(report: dict[str, Any], console: Console) -> None:
     for name, m in report["isolation"].items():
         iso.add_row(name, f"{m['in_process_us']:.1f}", f"{m['isolated_us']:.1f}",
                     str(m["round_trips"]), f"{m['per_round_trip_us']:.1f}")
-    iso.caption = ("raw floor: a raw LuaJIT function in a worker process, plain frames over "
-                   "pipes, nothing checked")
+    wire = ("compiled" if env["isolation_wire"] == "compiled"
+            else "in Python (the compiled module is not built here)")
+    iso.caption = (f"each side's wait and reads: {wire}; raw floor: a raw LuaJIT function in "
+                   "a worker process, plain frames over pipes, nothing checked")
     console.print(iso)
 
     targets = Table(title="Targets")

@@ -171,6 +171,7 @@ def test_bench_quick_json_reports_every_figure():
     for m in report["isolation"].values():
         assert m["in_process_us"] > 0 and m["isolated_us"] > m["in_process_us"]
     assert report["isolation"]["10-world-commands"]["round_trips"] == 11
+    assert report["environment"]["isolation_wire"] in ("compiled", "python")
 
 
 def test_scripts_get_the_world_and_see_earlier_files_commands(lua, tmp_path):

@@ -20,6 +20,7 @@ from .._errors import HostError, SandboxClosed, ScriptError
 from ._protocol import (
     EXIT_OUT_OF_MEMORY,
     SPIN_ENV,
+    WIRE_ENV,
     FrameCorrupt,
     FrameError,
     FrameReader,
@@ -180,6 +181,7 @@ _ENV_ALLOWED = frozenset({
     "PYTHONUTF8",       # text encoding of the interpreter
     "PYTHONIOENCODING",
     SPIN_ENV,           # both sides busy-wait alike
+    WIRE_ENV,           # both sides wait and read alike (compiled, or in Python)
     "PYTHONDONTWRITEBYTECODE",
     "LD_LIBRARY_PATH",  # an interpreter or LuaJIT linked against libraries off the default path
     "LANG",             # locale (also every LC_* variable, below)
@@ -628,13 +630,9 @@ class WorkerProcess:
             while True:
                 due = deadline if watch is None else watch.deadline
                 try:
-                    if data is not None:
-                        if pipes.write_fd < 0:
-                            raise FrameError("the pipe is closed")
-                        writer.write(data, due)
-                    if pipes.read_fd < 0:
+                    if pipes.read_fd < 0 or (data is not None and pipes.write_fd < 0):
                         raise FrameError("the pipe is closed")
-                    reply = reader.read(due)
+                    reply = reader.exchange(writer, data, due)
                 except (FrameError, FrameTimeout, OSError) as exc:
                     raise self._failure(exc) from None
                 if type(reply) is not list or not reply or type(reply[0]) is not str:

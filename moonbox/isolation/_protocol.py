@@ -38,6 +38,8 @@ __all__ = [
     "FrameTimeout",
     "FrameWriter",
     "FunctionRef",
+    "WIRE_ENV",
+    "compiled_wire",
     "decode_error",
     "encode_error",
     "encode_result",
@@ -89,6 +91,21 @@ def _runqueue_wait_ns(path: str) -> int | None:
 _HEADER = struct.Struct("<I")
 _READ_BYTES = 1 << 16
 _read, _monotonic, _unpackb = os.read, time.monotonic, msgpack.unpackb
+
+# The compiled round trip (see _wire.c), unless it was not built or WIRE_ENV says "python".
+WIRE_ENV = "MOONBOX_ISOLATION_WIRE"
+_exchange: Any = None
+if os.environ.get(WIRE_ENV) != "python":
+    try:
+        from ._wire import exchange as _exchange
+    except ImportError:  # no C compiler where moonbox was installed: the steps in Python
+        pass
+
+
+def compiled_wire() -> bool:
+    """Whether the round trip's wait and system calls run compiled (see ``_wire.c``), not
+    in Python."""
+    return _exchange is not None
 
 
 def spin_window() -> float:
@@ -346,9 +363,9 @@ class FrameReader:
                 os.set_blocking(self.fd, contended)
                 self._nonblocking = not contended
 
-    def _spin(self, began: float, deadline: float | None) -> bytes | None:
+    def _spin(self, began: float, deadline: float | None) -> bytes:
         """Busy-wait for data until the window (or the deadline) ends: what one read took,
-        or ``None`` when nothing came (or the pipe ended: the caller's own wait and read
+        or nothing when nothing came (or the pipe ended: the caller's own wait and read
         meet the end again and say so). It asks ``poll`` without waiting: a failed read
         would cost an exception each time round."""
         end = began + self._window
@@ -357,11 +374,11 @@ class FrameReader:
         ready = self._poller._poll.poll
         while not ready(0):
             if _monotonic() >= end:
-                return None
+                return b""
         try:
             return _read(self.fd, _READ_BYTES)
         except OSError:  # BlockingIOError included: the caller's own read meets it again
-            return None
+            return b""
 
     def _read_some(self, size: int, deadline: float | None) -> bytes:
         fd = self.fd
@@ -390,7 +407,9 @@ class FrameReader:
             OSError: reading the pipe failed.
         """
         buf: bytes | None = self._buffer
-        if not buf:
+        if buf:
+            self._buffer = b""  # _take keeps what is past the frame
+        else:
             # The usual frame: the pipe holds it whole, and nothing after it. One wait and
             # one read, written out (this runs twice per round trip).
             window = self._window
@@ -411,17 +430,59 @@ class FrameReader:
                     buf = self._read_some(_READ_BYTES, deadline)
                 if window:
                     self._hot = _monotonic() - began <= window
-            if not buf:
-                raise FrameError("the pipe closed")
-            got = len(buf)
-            if got > 4 and got - 4 == _HEADER.unpack_from(buf)[0]:
-                try:
-                    # A slice, not a view: a view costs msgpack more than the copy of at
-                    # most one read does.
-                    return _unpackb(buf[4:], raw=False, strict_map_key=False,
-                                    ext_hook=self._ext)
-                except Exception as exc:  # noqa: BLE001 - whatever the bytes were, not a frame
-                    raise FrameCorrupt(f"a frame that does not decode: {exc!r}") from None
+        assert buf is not None
+        return self._take(buf, deadline)
+
+    def exchange(self, writer: FrameWriter, data: bytes | None,
+                 deadline: float | None = None) -> Any:
+        """Write packed frames with ``writer`` (``None``: nothing), then :meth:`read` the
+        next frame, all by ``deadline``: one side's half of a round trip. The wait and the
+        two system calls run out of the interpreter where the compiled module is built.
+
+        Raises:
+            FrameError: the other side is gone (its end of a pipe closed, or writing or
+                reading failed), or what :meth:`read` raises for a frame.
+            FrameTimeout: the deadline passed before the request was written or the whole
+                answer arrived.
+        """
+        if self._buffer or _exchange is None:
+            if data is not None:
+                writer.write(data, deadline)
+            try:
+                return self.read(deadline)
+            except OSError as exc:
+                raise FrameError(f"reading the pipe failed: {exc}") from None
+        window = self._window
+        spin = 0.0
+        if window:
+            now = _monotonic()
+            if now >= self._next_check:
+                self._check_contention(now)
+            if self._hot and not self.contended:
+                spin = window
+        try:
+            got = _exchange(writer.fd, data, self.fd, spin, window, deadline)
+        except OSError as exc:
+            raise FrameError(f"the pipe failed: {exc}") from None
+        if got is None:
+            raise FrameTimeout("the deadline passed before the answer arrived")
+        buf, self._hot = got
+        return self._take(buf, deadline)
+
+    def _take(self, buf: bytes, deadline: float | None) -> Any:
+        """The next frame, from ``buf`` (what the last read took, after what was buffered)
+        and as much more of the pipe as it needs (see :meth:`read`)."""
+        got = len(buf)
+        if not got:
+            raise FrameError("the pipe closed")
+        if got > 4 and got - 4 == _HEADER.unpack_from(buf)[0]:
+            # The usual frame: the read took it whole, and nothing after it.
+            try:
+                # A slice, not a view: a view costs msgpack more than the copy of at most
+                # one read does.
+                return _unpackb(buf[4:], raw=False, strict_map_key=False, ext_hook=self._ext)
+            except Exception as exc:  # noqa: BLE001 - whatever the bytes were, not a frame
+                raise FrameCorrupt(f"a frame that does not decode: {exc!r}") from None
         while len(buf) < 4:
             try:
                 buf += self._read_some(_READ_BYTES, deadline)

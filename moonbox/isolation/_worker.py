@@ -212,17 +212,17 @@ class _Worker:
 
     def serve(self) -> None:
         """Answer requests until the host closes the pipe."""
-        read, send, handle = self.reader.read, self.writer.send, self.handle
+        exchange, writer, frame, handle = (self.reader.exchange, self.writer,
+                                           self.writer.frame, self.handle)
         self._warm_up()
-        send(["ready", os.getpid()])
+        data: bytes | None = frame(["ready", os.getpid()])
         while True:
             try:
-                request = read()
+                request = exchange(writer, data)  # the last answer, then the next request
             except self.p.FrameError:
                 return
             answer = handle(request)
-            if answer is not None:
-                send(answer)
+            data = None if answer is None else frame(answer)
 
     def _warm_up(self) -> None:
         """Pay the first sandbox's one-time costs (compiling the instrumenter's patterns,
@@ -253,9 +253,10 @@ class _Worker:
                     "names (it was dropped, or lost with an earlier worker)"]
 
     def call_host(self, name: str, args: tuple[Any, ...], call: Any) -> tuple[Any, ...]:
-        self.writer.send(["call", name, args])
+        writer = self.writer
+        data: bytes | None = writer.frame(["call", name, args])
         while True:
-            reply = self.reader.read()
+            reply = self.reader.exchange(writer, data)
             kind = reply[0]
             if kind == "ret":
                 if len(reply) > 2:
@@ -267,8 +268,7 @@ class _Worker:
                 raise self._BindingError(reply[1], reason=reply[2])
             # A host function serving this call ran another mod of this worker.
             answer = self.handle(reply)
-            if answer is not None:
-                self.writer.send(answer)
+            data = None if answer is None else writer.frame(answer)
 
     @staticmethod
     def _exclude(call: Any, seconds: float) -> None:

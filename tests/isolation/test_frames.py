@@ -60,9 +60,9 @@ def calm(monkeypatch) -> _Preemptions:
 
 
 @pytest.fixture
-def spins(monkeypatch) -> list[bytes | None]:
-    """What each busy-wait of any reader took (``None``: nothing came in the window)."""
-    took: list[bytes | None] = []
+def spins(monkeypatch) -> list[bytes]:
+    """What each busy-wait of any reader took (nothing when nothing came in the window)."""
+    took: list[bytes] = []
     real_spin = FrameReader._spin
 
     def spy(self, *args):
@@ -172,11 +172,11 @@ def test_a_wait_past_the_window_stops_the_busy_waiting_and_a_short_one_starts_it
     reader = FrameReader(r, spin_s=0.02)
     _later(0.3, os.write, w, pack(["late"]))
     assert reader.read(time.monotonic() + 30) == ["late"]
-    assert spins == [None]  # the busy-wait ran out; the reader slept
+    assert spins == [b""]  # the busy-wait ran out; the reader slept
     assert not reader._hot  # the next wait sleeps at once
     os.write(w, pack(["soon"]))
     assert reader.read(time.monotonic() + 30) == ["soon"]
-    assert spins == [None]  # it did
+    assert spins == [b""]  # it did
     assert reader._hot  # that one took no time: busy-waiting again
     _later(0.005, os.write, w, pack(["again"]))
     assert reader.read(time.monotonic() + 30) == ["again"]
@@ -189,7 +189,7 @@ def test_busy_waiting_keeps_the_deadline(pipe, calm, spins):
     began = time.monotonic()
     with pytest.raises(FrameTimeout):
         reader.read(began + 0.05)
-    assert spins == [None]
+    assert spins == [b""]
     assert time.monotonic() - began < 3  # the deadline, not the 5 s window
 
 

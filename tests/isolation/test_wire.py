@@ -1,0 +1,375 @@
+"""One side's half of a round trip (``FrameReader.exchange``): the request written, the
+answer waited for and read, compiled (``_wire.c``) and in Python, which must behave alike;
+and whole sandboxes on the Python steps, as where no C compiler built the module."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import moonbox
+from moonbox.isolation import IsolatedSandbox, _protocol
+from moonbox.isolation._process import worker_environment
+from moonbox.isolation._protocol import (
+    WIRE_ENV,
+    FrameError,
+    FrameReader,
+    FrameTimeout,
+    FrameWriter,
+    compiled_wire,
+    pack,
+)
+
+pytestmark = pytest.mark.usefixtures("no_workers_left_behind")
+
+try:
+    from moonbox.isolation._wire import exchange as compiled_exchange
+except ImportError:
+    compiled_exchange = None
+
+
+def test_the_compiled_wire_is_built_where_a_c_compiler_is():
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler here: the Python steps are the wire")
+    assert compiled_exchange is not None, "the install did not build moonbox.isolation._wire"
+    if os.environ.get(WIRE_ENV) != "python":
+        assert compiled_wire()
+
+
+@pytest.fixture(params=["compiled", "python"])
+def wire(request, monkeypatch) -> str:
+    """Each test runs on both wires."""
+    if request.param == "compiled":
+        if compiled_exchange is None:
+            pytest.skip("the compiled wire is not built here")
+        monkeypatch.setattr(_protocol, "_exchange", compiled_exchange)
+    else:
+        monkeypatch.setattr(_protocol, "_exchange", None)
+    return request.param
+
+
+@pytest.fixture
+def calm(monkeypatch) -> None:
+    """The scheduler figures say the CPUs are calm: a reader busy-waits when it may."""
+    usage = type("Usage", (), {"ru_nivcsw": 0})()
+    monkeypatch.setattr(_protocol.resource, "getrusage", lambda who: usage)
+    monkeypatch.setattr(_protocol, "_runqueue_wait_ns", lambda path: 0)
+
+
+class _Ends:
+    """Two pipes, as between host and worker: this side writes ``out`` and reads
+    ``back``; the test plays the other side on ``peer_in`` and ``peer_out``."""
+
+    def __init__(self) -> None:
+        self.peer_in, self.out = os.pipe()
+        self.back, self.peer_out = os.pipe()
+        os.set_blocking(self.back, False)  # as the host's: reads keep deadlines
+        os.set_blocking(self.out, False)
+        self.writer = FrameWriter(self.out)
+
+    def reader(self, spin_s: float = 0.0) -> FrameReader:
+        return FrameReader(self.back, spin_s=spin_s)
+
+    def close(self) -> None:
+        for fd in (self.peer_in, self.out, self.back, self.peer_out):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def ends() -> Iterator[_Ends]:
+    e = _Ends()
+    yield e
+    e.close()
+
+
+def _later(seconds: float, fn, *args) -> threading.Thread:
+    def run() -> None:
+        time.sleep(seconds)
+        fn(*args)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def _echo(ends: _Ends, count: int, delay_s: float = 0.0) -> threading.Thread:
+    """The other side: answers each of ``count`` frames with ``["r", frame]``."""
+
+    def run() -> None:
+        reader = FrameReader(ends.peer_in)
+        writer = FrameWriter(ends.peer_out)
+        for _ in range(count):
+            frame = reader.read()
+            time.sleep(delay_s)
+            writer.send(["r", frame])
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("spin_s", [0.0, 0.005])
+def test_a_request_and_its_answer(wire, ends, calm, spin_s):
+    echo = _echo(ends, 3)
+    reader = ends.reader(spin_s)
+    for i in range(3):
+        data = ends.writer.frame(["run", i, "x" * i])
+        assert reader.exchange(ends.writer, data, time.monotonic() + 30) == ["r", ["run", i, "x" * i]]
+    echo.join(10)
+
+
+def test_nothing_to_write_only_reads(wire, ends):
+    os.write(ends.peer_out, pack(["ready", 1]))
+    assert ends.reader().exchange(ends.writer, None, time.monotonic() + 30) == ["ready", 1]
+    os.set_blocking(ends.peer_in, False)
+    with pytest.raises(BlockingIOError):
+        os.read(ends.peer_in, 10)  # nothing was written
+
+
+def test_notes_and_a_request_go_in_one_write(wire, ends):
+    echo = _echo(ends, 2)
+    data = ends.writer.frame(["note"]) + ends.writer.frame(["run"])
+    reader = ends.reader()
+    assert reader.exchange(ends.writer, data, time.monotonic() + 30) == ["r", ["note"]]
+    assert reader.exchange(ends.writer, None, time.monotonic() + 30) == ["r", ["run"]]
+    echo.join(10)
+
+
+@pytest.mark.parametrize("spin_s", [0.0, 5.0])
+def test_the_deadline_ends_the_wait(wire, ends, calm, spin_s):
+    reader = ends.reader(spin_s)
+    began = time.monotonic()
+    with pytest.raises(FrameTimeout):
+        reader.exchange(ends.writer, ends.writer.frame(["run"]), began + 0.05)
+    assert time.monotonic() - began < 3  # the deadline, not the window
+    assert os.read(ends.peer_in, 100) == ends.writer.frame(["run"])  # the request went
+
+
+def test_a_deadline_already_past_still_takes_what_is_there(wire, ends):
+    os.write(ends.peer_out, pack(["late", 1]))
+    assert ends.reader().exchange(ends.writer, None, time.monotonic() - 1) == ["late", 1]
+
+
+def test_a_deadline_far_off_is_a_wait_as_long_as_it_takes(wire, ends):
+    reader = ends.reader()
+    _later(0.02, os.write, ends.peer_out, pack(["far"]))
+    assert reader.exchange(ends.writer, None, time.monotonic() + 1e7) == ["far"]  # 115 days
+
+
+def test_a_full_pipe_keeps_the_deadline_of_the_write(wire, ends):
+    # Nobody reads the request: the pipe fills, and the write waits for room until the
+    # deadline.
+    big = ends.writer.frame(["run", b"\0" * (4 << 20)])
+    began = time.monotonic()
+    with pytest.raises(FrameTimeout):
+        ends.reader().exchange(ends.writer, big, began + 0.1)
+    assert time.monotonic() - began < 5
+
+
+def test_the_other_side_gone_is_the_end(wire, ends):
+    reader = ends.reader(0.005)
+    os.close(ends.peer_out)
+    with pytest.raises(FrameError):
+        reader.exchange(ends.writer, None, time.monotonic() + 30)
+
+
+def test_writing_to_a_side_that_is_gone_is_the_end(wire, ends):
+    os.close(ends.peer_in)
+    with pytest.raises(FrameError):
+        ends.reader().exchange(ends.writer, ends.writer.frame(["run"]), time.monotonic() + 30)
+
+
+def test_a_closed_descriptor_is_the_end(wire, ends):
+    reader = ends.reader()
+    os.close(ends.back)
+    with pytest.raises(FrameError):
+        reader.exchange(ends.writer, None, time.monotonic() + 30)
+
+
+def test_a_frame_larger_than_one_read_is_read_whole(wire, ends):
+    value = ["r", "y" * 200_000, list(range(1000))]
+    _later(0.02, os.write, ends.peer_out, pack(value))
+    assert ends.reader(0.001).exchange(ends.writer, None, time.monotonic() + 30) == value
+
+
+def test_two_frames_in_one_read_come_out_one_at_a_time(wire, ends):
+    os.write(ends.peer_out, pack(["a"]) + pack(["b"]))
+    reader = ends.reader()
+    assert reader.exchange(ends.writer, None, time.monotonic() + 30) == ["a"]
+    assert reader.pending()
+    # The buffered frame is the answer: nothing is waited for.
+    assert reader.exchange(ends.writer, None, time.monotonic() - 1) == ["b"]
+    assert not reader.pending()
+
+
+def test_a_wait_past_the_window_stops_the_busy_waiting_and_a_short_one_starts_it(
+        wire, ends, calm):
+    reader = ends.reader(0.02)
+    _later(0.3, os.write, ends.peer_out, pack(["late"]))
+    assert reader.exchange(ends.writer, None, time.monotonic() + 30) == ["late"]
+    assert not reader._hot
+    os.write(ends.peer_out, pack(["soon"]))
+    assert reader.exchange(ends.writer, None, time.monotonic() + 30) == ["soon"]
+    assert reader._hot
+
+
+def test_a_blocking_pipe_without_a_deadline_is_read_as_it_comes(wire, ends):
+    # The worker's side when the CPUs are contended: a plain read is its sleep.
+    os.set_blocking(ends.back, True)
+    reader = FrameReader(ends.back)
+    _later(0.05, os.write, ends.peer_out, pack(["go"]))
+    assert reader.exchange(ends.writer, ends.writer.frame(["done"]), None) == ["go"]
+
+
+def test_a_non_blocking_pipe_without_a_deadline_waits_as_long_as_it_takes(wire, ends):
+    reader = ends.reader()
+    _later(0.05, os.write, ends.peer_out, pack(["go"]))
+    assert reader.exchange(ends.writer, None, None) == ["go"]
+
+
+class _Interrupted(Exception):
+    pass
+
+
+@pytest.fixture
+def alarm() -> Iterator[list[int]]:
+    """SIGALRM every 10 ms with a handler that counts, until the test ends."""
+    fired: list[int] = []
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
+    signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)
+    yield fired
+    signal.setitimer(signal.ITIMER_REAL, 0, 0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("spin_s", [0.0, 0.001])
+def test_signals_in_the_middle_of_a_wait_run_their_handlers_and_the_wait_goes_on(
+        wire, ends, alarm, calm, spin_s):
+    _later(0.2, os.write, ends.peer_out, pack(["after", "signals"]))
+    got = ends.reader(spin_s).exchange(ends.writer, None, time.monotonic() + 30)
+    assert got == ["after", "signals"]
+    assert len(alarm) >= 3  # the handlers ran while it waited
+
+
+@pytest.mark.parametrize("spin_s", [0.0, 0.001])
+def test_a_handler_that_raises_ends_the_wait_with_its_exception(wire, ends, calm, spin_s):
+    # A KeyboardInterrupt in a host waiting for a hung worker: the host gets control back.
+    def interrupt(signum, frame):
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.05)
+    try:
+        began = time.monotonic()
+        with pytest.raises(_Interrupted):
+            ends.reader(spin_s).exchange(ends.writer, None, None)
+        assert time.monotonic() - began < 10
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_another_thread_runs_while_one_waits(wire, ends):
+    # The wait lets go of the interpreter: a game's other threads go on meanwhile.
+    counted = []
+
+    def count() -> None:
+        end = time.monotonic() + 0.2
+        while time.monotonic() < end:
+            counted.append(1)
+
+    _later(0.3, os.write, ends.peer_out, pack(["late"]))
+    t = threading.Thread(target=count)
+    t.start()
+    assert ends.reader(0.5).exchange(ends.writer, None, time.monotonic() + 30) == ["late"]
+    t.join()
+    assert len(counted) > 1000
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.recursive(
+           st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.text(max_size=20)
+           | st.binary(max_size=300),
+           lambda inner: st.lists(inner, max_size=4), max_leaves=12), min_size=1, max_size=5),
+       cuts=st.lists(st.integers(0, 600), max_size=5),
+       pauses=st.lists(st.sampled_from([0.0, 0.0005, 0.003]), min_size=6, max_size=6),
+       spin=st.sampled_from([0.0, 0.002]))
+def test_frames_come_out_as_they_went_in_however_the_bytes_arrive(values, cuts, pauses, spin):
+    if compiled_exchange is None:
+        pytest.skip("the compiled wire is not built here")
+    e = _Ends()
+    try:
+        data = b"".join(pack(v) for v in values)
+        bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
+
+        def write() -> None:
+            for (start, end), pause in zip(itertools.pairwise(bounds), pauses, strict=False):
+                time.sleep(pause)
+                os.write(e.peer_out, data[start:end])
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        reader = e.reader(spin)
+        got = [reader.exchange(e.writer, None, time.monotonic() + 30) for _ in values]
+        writer.join()
+        assert got == values
+        assert not reader.pending()
+    finally:
+        e.close()
+
+
+@pytest.mark.skipif(compiled_exchange is None, reason="the compiled wire is not built here")
+@pytest.mark.parametrize("args, error", [
+    ((1, None, 2, 0.0, 0.0), TypeError),  # one too few
+    ((1, None, 2, 0.0, 0.0, None, None), TypeError),
+    (("1", None, 2, 0.0, 0.0, None), TypeError),
+    ((-1, None, 2, 0.0, 0.0, None), ValueError),
+    ((1, None, 2**40, 0.0, 0.0, None), ValueError),
+    ((1, "text", 2, 0.0, 0.0, None), TypeError),
+    ((1, bytearray(b"x"), 2, 0.0, 0.0, None), TypeError),
+    ((1, None, 2, "fast", 0.0, None), TypeError),
+    ((1, None, 2, 0.0, 0.0, float("nan")), ValueError),
+])
+def test_the_compiled_call_refuses_what_it_cannot_take(args, error):
+    with pytest.raises(error):
+        compiled_exchange(*args)
+
+
+# -- whole sandboxes on the Python steps ---------------------------------------------------
+
+
+@pytest.fixture
+def python_wire(monkeypatch) -> None:
+    """Host and workers started from now on wait and read in Python."""
+    monkeypatch.setenv(WIRE_ENV, "python")
+    monkeypatch.setattr(_protocol, "_exchange", None)
+
+
+def test_a_sandbox_on_the_python_steps_calls_serves_and_recovers(python_wire):
+    assert worker_environment(False)[WIRE_ENV] == "python"  # the workers' steps too
+    with IsolatedSandbox(moonbox.Budget(wall_s=0.5), host_functions=moonbox.default_bindings(),
+                         _test_hooks=True) as sb:
+        out = sb.run("local s = 0 for i = 1, 10 do s = add(s, i) end return s")
+        assert out.values == (55,)
+        big = sb.run("return string.rep('z', 300000)")
+        assert big.values == ("z" * 300000,)
+        hung = sb.run("test_sleep(30)")
+        assert hung.status == "budget" and hung.budget == "time"
+        pid = sb.pid
+        crashed = sb.run("test_segfault()")
+        assert crashed.status == "error" and sb.pid != pid
+        assert sb.run("return 2").values == (2,)
+        # A wall budget of three years: its deadline is past what poll can wait at once.
+        assert sb.run("return 3", budget=moonbox.Budget(wall_s=1e8)).values == (3,)
