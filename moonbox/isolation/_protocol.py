@@ -466,8 +466,8 @@ class FrameReader:
             raise FrameError(f"the pipe failed: {exc}") from None
         if got is None:
             raise FrameTimeout("the deadline passed before the answer arrived")
-        buf, self._hot = got
-        return self._take(buf, deadline)
+        buf, whole, self._hot = got
+        return self._decode(buf) if whole else self._take(buf, deadline)
 
     def _take(self, buf: bytes, deadline: float | None) -> Any:
         """The next frame, from ``buf`` (what the last read took, after what was buffered)
@@ -476,13 +476,9 @@ class FrameReader:
         if not got:
             raise FrameError("the pipe closed")
         if got > 4 and got - 4 == _HEADER.unpack_from(buf)[0]:
-            # The usual frame: the read took it whole, and nothing after it.
-            try:
-                # A slice, not a view: a view costs msgpack more than the copy of at most
-                # one read does.
-                return _unpackb(buf[4:], raw=False, strict_map_key=False, ext_hook=self._ext)
-            except Exception as exc:  # noqa: BLE001 - whatever the bytes were, not a frame
-                raise FrameCorrupt(f"a frame that does not decode: {exc!r}") from None
+            # The usual frame: the read took it whole, and nothing after it. A slice, not a
+            # view: a view costs msgpack more than the copy of at most one read does.
+            return self._decode(buf[4:])
         while len(buf) < 4:
             try:
                 buf += self._read_some(_READ_BYTES, deadline)
@@ -506,9 +502,16 @@ class FrameReader:
                 got += len(chunk)
             buf = b"".join(parts)
         self._buffer = buf[end:] if len(buf) > end else b""
+        return self._decode(buf[4:end])
+
+    def _decode(self, body: bytes) -> Any:
+        """A frame's body as the value it packs.
+
+        Raises:
+            FrameCorrupt: it does not decode.
+        """
         try:
-            return msgpack.unpackb(buf[4:end], raw=False, strict_map_key=False,
-                                   ext_hook=self._ext)
+            return _unpackb(body, raw=False, strict_map_key=False, ext_hook=self._ext)
         except Exception as exc:  # noqa: BLE001 - whatever the bytes were, not a frame
             raise FrameCorrupt(f"a frame that does not decode: {exc!r}") from None
 

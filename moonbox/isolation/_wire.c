@@ -18,6 +18,7 @@
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -86,6 +87,14 @@ wait_for(int fd, short events, double deadline, PyThreadState **state)
     }
 }
 
+/* The body's length in a frame's header: 4 bytes, little-endian. */
+static uint64_t
+frame_size(const char *header)
+{
+    const unsigned char *b = (const unsigned char *)header;
+    return (uint64_t)b[0] | (uint64_t)b[1] << 8 | (uint64_t)b[2] << 16 | (uint64_t)b[3] << 24;
+}
+
 /* A file descriptor given as an int; -1 with an exception set when it is none. */
 static int
 fd_of(PyObject *value)
@@ -109,8 +118,10 @@ PyDoc_STRVAR(exchange_doc,
 "limit).\n\n"
 "The wait busy-waits for up to spin_s seconds before it sleeps in poll. Without a\n"
 "deadline or busy-waiting, a read on a blocking read_fd is the sleep.\n\n"
-"Returns (bytes, hot): what was read (empty at end of file) and whether it came within\n"
-"window_s seconds of the wait's start; None when the deadline passed first.\n\n"
+"Returns (data, whole, hot): what was read (empty at end of file), or only the body when\n"
+"it was one whole frame (its 4-byte length, then that many bytes) and nothing more;\n"
+"whether it was; whether it came within window_s seconds of the wait's start. None when\n"
+"the deadline passed first.\n\n"
 "Raises OSError when writing or reading failed.");
 
 static PyObject *
@@ -246,9 +257,12 @@ exchange(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         result = Py_NewRef(Py_None);
     }
     else {
-        PyObject *bytes = PyBytes_FromStringAndSize(buf, got);
+        /* The usual read: one whole frame and nothing after it. Its body alone, then. */
+        int whole = got > 4 && frame_size(buf) == (uint64_t)(got - 4);
+        PyObject *bytes = whole ? PyBytes_FromStringAndSize(buf + 4, got - 4)
+                                : PyBytes_FromStringAndSize(buf, got);
         if (bytes != NULL) {
-            result = PyTuple_Pack(2, bytes, hot ? Py_True : Py_False);
+            result = PyTuple_Pack(3, bytes, whole ? Py_True : Py_False, hot ? Py_True : Py_False);
             Py_DECREF(bytes);
         }
     }

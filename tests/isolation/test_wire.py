@@ -21,6 +21,7 @@ from moonbox.isolation import IsolatedSandbox, _protocol
 from moonbox.isolation._process import worker_environment
 from moonbox.isolation._protocol import (
     WIRE_ENV,
+    FrameCorrupt,
     FrameError,
     FrameReader,
     FrameTimeout,
@@ -196,6 +197,17 @@ def test_a_closed_descriptor_is_the_end(wire, ends):
     os.close(ends.back)
     with pytest.raises(FrameError):
         reader.exchange(ends.writer, None, time.monotonic() + 30)
+
+
+@pytest.mark.parametrize("raw", [
+    b"\x03\x00\x00\x00\xc1\xc1\xc1",  # a whole frame whose body is no msgpack
+    b"\x02\x00\x00\x00\x92\x01\x02",  # a body longer than its header says
+    b"\xff\xff\xff\x7f\x90",  # a header past the size limit
+])
+def test_what_is_no_frame_is_corrupt(wire, ends, raw):
+    os.write(ends.peer_out, raw)
+    with pytest.raises(FrameCorrupt):
+        ends.reader().exchange(ends.writer, None, time.monotonic() + 30)
 
 
 def test_a_frame_larger_than_one_read_is_read_whole(wire, ends):
