@@ -572,8 +572,12 @@ def _render(report: dict[str, Any], console: Console) -> None:
                     str(m["round_trips"]), f"{m['per_round_trip_us']:.1f}")
     wire = ("compiled" if env["isolation_wire"] == "compiled"
             else "in Python (the compiled module is not built here)")
-    iso.caption = (f"each side's wait and reads: {wire}; raw floor: a raw LuaJIT function in "
-                   "a worker process, plain frames over pipes, nothing checked")
+    contended = ", ".join(f"{name} {m['contended_samples']}/{m['samples']}"
+                          for name, m in report["isolation"].items() if "samples" in m)
+    iso.caption = (f"each side's wait and reads: {wire}; samples that found the CPUs "
+                   f"contended, when both sides sleep instead of busy-waiting and a round trip "
+                   f"costs several times more: {contended}; raw floor: a raw LuaJIT function "
+                   "in a worker process, plain frames over pipes, nothing checked")
     console.print(iso)
 
     targets = Table(title="Targets")

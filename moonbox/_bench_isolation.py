@@ -193,10 +193,26 @@ def _batch_sampler(fn: Callable[[], Any], calls: int) -> Callable[[], float]:
     return sample
 
 
+def _watched(sample: Callable[[], float], sandbox: IsolatedSandbox,
+             contended: list[int]) -> Callable[[], float]:
+    """``sample``, counting in ``contended`` the samples that ended with the host's reader
+    of the sandbox's worker finding the CPUs contended: it slept for each frame then,
+    instead of busy-waiting (see ``_protocol.FrameReader``)."""
+
+    def watched() -> float:
+        took = sample()
+        if sandbox._worker._reader.contended:
+            contended[0] += 1
+        return took
+
+    return watched
+
+
 def isolation_costs(rounds: int, calls: int) -> dict[str, Any]:
     """Per call, in process and in a worker (no state snapshot: the same work), interleaved
-    round robin as the rest of ``moonbox bench``: medians in µs, and the overhead per round
-    trip. Also the raw floor.
+    round robin as the rest of ``moonbox bench``: medians in µs, the overhead per round
+    trip, and how many of the worker's samples ended with the CPUs found contended (another
+    process took a CPU: the sides slept instead of busy-waiting). Also the raw floor.
 
     One handler (or the floor) at a time, with only its own worker alive: a worker the
     host has just left busy-waits for its next request for up to a window (see
@@ -208,6 +224,7 @@ def isolation_costs(rounds: int, calls: int) -> dict[str, Any]:
     for name in ("trivial", "10-world-commands", "raw floor"):
         with ExitStack() as stack:
             samplers: dict[str, Callable[[], float]] = {}
+            contended = [0]
             if name == "raw floor":
                 floor = RawPipeFloor()
                 stack.callback(floor.close)
@@ -223,6 +240,8 @@ def isolation_costs(rounds: int, calls: int) -> dict[str, Any]:
                     if outcome.values != (EXPECTED[name],):
                         raise RuntimeError(f"{name} ({mode}) returned {outcome.values!r}")
                     samplers[mode] = _batch_sampler(call, calls)
+                    if mode != "in-process":
+                        samplers[mode] = _watched(samplers[mode], bench.sandbox, contended)
             samples = _interleaved(samplers, rounds)
         in_process = statistics.median(samples["in-process"]) * 1e6
         isolated = statistics.median(samples["isolated-no-state"]) * 1e6
@@ -230,4 +249,6 @@ def isolation_costs(rounds: int, calls: int) -> dict[str, Any]:
         report[name] = {"in_process_us": in_process, "isolated_us": isolated,
                         "round_trips": trips,
                         "per_round_trip_us": (isolated - in_process) / trips}
+        if name != "raw floor":  # a raw worker does not check the CPUs
+            report[name].update(contended_samples=contended[0], samples=rounds)
     return report

@@ -172,6 +172,9 @@ def test_bench_quick_json_reports_every_figure():
         assert m["in_process_us"] > 0 and m["isolated_us"] > m["in_process_us"]
     assert report["isolation"]["10-world-commands"]["round_trips"] == 11
     assert report["environment"]["isolation_wire"] in ("compiled", "python")
+    for name in ("trivial", "10-world-commands"):
+        m = report["isolation"][name]
+        assert m["samples"] == report["rounds"] and 0 <= m["contended_samples"] <= m["samples"]
 
 
 def test_scripts_get_the_world_and_see_earlier_files_commands(lua, tmp_path):
