@@ -169,7 +169,7 @@ def pack(value: Any) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
-# poll's longest timeout (a C int of milliseconds, 24 days): a later deadline is cut to it.
+# poll's longest timeout (a C int of milliseconds, 24 days): a later deadline takes several.
 _MAX_POLL_MS = 2**31 - 1
 
 
@@ -178,7 +178,19 @@ def _timeout_ms(deadline: float | None) -> int | None:
     already past still takes what is ready."""
     if deadline is None:
         return None
-    return min(max(0, int((deadline - _monotonic()) * 1000) + 1), _MAX_POLL_MS)
+    left_ms = (deadline - _monotonic()) * 1000
+    if left_ms <= 0:
+        return 0
+    return _MAX_POLL_MS if left_ms >= _MAX_POLL_MS else int(left_ms) + 1
+
+
+def _poll_until(poll: Any, deadline: float | None) -> bool:
+    """Whether ``poll`` (a poll object's method) found the descriptor ready by
+    ``deadline``: a deadline past poll's longest timeout takes several polls."""
+    while not poll(_timeout_ms(deadline)):
+        if deadline is None or _monotonic() >= deadline:
+            return False
+    return True
 
 
 class _Poller:
@@ -197,7 +209,7 @@ class _Poller:
         Raises:
             FrameTimeout: the deadline passed first.
         """
-        if not self._poll.poll(_timeout_ms(deadline)):
+        if not _poll_until(self._poll.poll, deadline):
             raise FrameTimeout("the deadline passed in the middle of a frame")
 
 
@@ -422,7 +434,7 @@ class FrameReader:
                     buf = self._spin(began, deadline)
             if not buf:
                 if deadline is not None or self._nonblocking:  # wait, then read
-                    if not self._poller._poll.poll(_timeout_ms(deadline)):
+                    if not _poll_until(self._poller._poll.poll, deadline):
                         raise FrameTimeout("the deadline passed in the middle of a frame")
                 try:
                     buf = _read(self.fd, _READ_BYTES)
@@ -454,20 +466,27 @@ class FrameReader:
                 raise FrameError(f"reading the pipe failed: {exc}") from None
         window = self._window
         spin = 0.0
+        now = _monotonic()
         if window:
-            now = _monotonic()
             if now >= self._next_check:
                 self._check_contention(now)
             if self._hot and not self.contended:
                 spin = window
         try:
-            got = _exchange(writer.fd, data, self.fd, spin, window, deadline)
+            # The time left, not the deadline: the compiled wait keeps its own clock.
+            got = _exchange(writer.fd, data, self.fd, spin, window,
+                            None if deadline is None else deadline - now)
         except OSError as exc:
             raise FrameError(f"the pipe failed: {exc}") from None
         if got is None:
             raise FrameTimeout("the deadline passed before the answer arrived")
         buf, whole, self._hot = got
-        return self._decode(buf) if whole else self._take(buf, deadline)
+        if whole:
+            return self._decode(buf)
+        try:
+            return self._take(buf, deadline)
+        except OSError as exc:
+            raise FrameError(f"reading the pipe failed: {exc}") from None
 
     def _take(self, buf: bytes, deadline: float | None) -> Any:
         """The next frame, from ``buf`` (what the last read took, after what was buffered)

@@ -4,6 +4,7 @@ split across reads, busy-waited for or slept on, under deadlines."""
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import threading
 import time
@@ -234,6 +235,29 @@ def test_a_deadline_past_what_poll_can_wait_at_once_is_a_long_wait(pipe):
     FrameWriter(w).write(big, time.monotonic() + 1e8)
     drain.join(30)
     assert got == [["x" * (1 << 20)]]
+
+
+def test_poll_timeouts_for_any_deadline():
+    now = time.monotonic()
+    longest = _protocol._MAX_POLL_MS
+    assert _protocol._timeout_ms(None) is None
+    assert _protocol._timeout_ms(now - 5) == 0 == _protocol._timeout_ms(-math.inf)
+    assert 0 < _protocol._timeout_ms(now + 1) <= 1001
+    assert _protocol._timeout_ms(now + 1e306) == longest == _protocol._timeout_ms(math.inf)
+
+
+def test_a_poll_that_ends_before_the_deadline_is_asked_again():
+    # What poll does at its longest timeout (24 days) with a deadline later still.
+    answers = iter([[], [], [(3, 1)]])
+    asked = []
+
+    def poll(timeout_ms):
+        asked.append(timeout_ms)
+        return next(answers)
+
+    assert _protocol._poll_until(poll, time.monotonic() + 60)
+    assert len(asked) == 3
+    assert not _protocol._poll_until(lambda timeout_ms: [], time.monotonic() - 1)
 
 
 def _next_interval(reader: FrameReader) -> None:

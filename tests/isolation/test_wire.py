@@ -4,10 +4,12 @@ and whole sandboxes on the Python steps, as where no C compiler built the module
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
 import signal
+import sysconfig
 import threading
 import time
 from collections.abc import Iterator
@@ -33,17 +35,25 @@ from moonbox.isolation._protocol import (
 pytestmark = pytest.mark.usefixtures("no_workers_left_behind")
 
 try:
-    from moonbox.isolation._wire import exchange as compiled_exchange
+    from moonbox.isolation import _wire
 except ImportError:
-    compiled_exchange = None
+    _wire = None
+compiled_exchange = None if _wire is None else _wire.exchange
 
 
 def test_the_compiled_wire_is_built_where_a_c_compiler_is():
-    if not (shutil.which("cc") or shutil.which("gcc")):
-        pytest.skip("no C compiler here: the Python steps are the wire")
+    headers = os.path.join(sysconfig.get_paths()["include"], "Python.h")
+    if not (shutil.which("cc") or shutil.which("gcc")) or not os.path.exists(headers):
+        pytest.skip("no C compiler (or no Python headers) here: the Python steps are the wire")
     assert compiled_exchange is not None, "the install did not build moonbox.isolation._wire"
     if os.environ.get(WIRE_ENV) != "python":
         assert compiled_wire()
+    # An editable install builds the module next to its source: one older than the source
+    # is a stale build (rebuild: pip install -e . again).
+    module = _wire.__file__
+    source = os.path.join(os.path.dirname(module), "_wire.c")
+    if os.path.exists(source):  # (a build copied into place keeps whole seconds)
+        assert os.path.getmtime(module) >= os.path.getmtime(source) - 2, "a stale _wire build"
 
 
 @pytest.fixture(params=["compiled", "python"])
@@ -192,21 +202,32 @@ def test_writing_to_a_side_that_is_gone_is_the_end(wire, ends):
         ends.reader().exchange(ends.writer, ends.writer.frame(["run"]), time.monotonic() + 30)
 
 
-def test_a_closed_descriptor_is_the_end(wire, ends):
+def test_a_descriptor_that_cannot_be_read_is_the_end(wire, ends):
     reader = ends.reader()
-    os.close(ends.back)
+    # The reader's descriptor now names a file open for writing only: always ready, and
+    # reading it fails (EBADF). (A closed one could be reused by another test's thread.)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, ends.back)
+    os.close(null)
     with pytest.raises(FrameError):
         reader.exchange(ends.writer, None, time.monotonic() + 30)
 
 
 @pytest.mark.parametrize("raw", [
     b"\x03\x00\x00\x00\xc1\xc1\xc1",  # a whole frame whose body is no msgpack
-    b"\x02\x00\x00\x00\x92\x01\x02",  # a body longer than its header says
+    b"\x02\x00\x00\x00\x92\x01",  # an array cut off by its length
     b"\xff\xff\xff\x7f\x90",  # a header past the size limit
 ])
 def test_what_is_no_frame_is_corrupt(wire, ends, raw):
     os.write(ends.peer_out, raw)
     with pytest.raises(FrameCorrupt):
+        ends.reader().exchange(ends.writer, None, time.monotonic() + 30)
+
+
+def test_a_frame_cut_off_by_the_end_of_the_pipe_is_the_end(wire, ends):
+    os.write(ends.peer_out, b"\x09\x00\x00\x00\x92")
+    os.close(ends.peer_out)
+    with pytest.raises(FrameError):
         ends.reader().exchange(ends.writer, None, time.monotonic() + 30)
 
 
@@ -293,19 +314,82 @@ def test_a_handler_that_raises_ends_the_wait_with_its_exception(wire, ends, calm
         signal.signal(signal.SIGALRM, previous)
 
 
-def test_another_thread_runs_while_one_waits(wire, ends):
-    # The wait lets go of the interpreter: a game's other threads go on meanwhile.
+def test_a_signal_while_it_busy_waits_is_handled_before_it_sleeps(wire, ends, calm):
+    # Nothing comes: after the window it would sleep until the deadline, and a handler
+    # due from the window must run first.
+    def interrupt(signum, frame):
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.05)
+    try:
+        began = time.monotonic()
+        with pytest.raises(_Interrupted):
+            ends.reader(0.3).exchange(ends.writer, None, time.monotonic() + 30)
+        assert time.monotonic() - began < 10
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_signal_while_a_large_write_goes_on_is_handled_as_it_goes(wire, ends):
+    # The worker's blocking pipe and a large answer the host drains slowly: a write that
+    # makes progress is not interrupted by the signal, so its handler must not wait for
+    # the whole frame to go and its answer to come.
+    os.set_blocking(ends.out, True)
+
+    def drain() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(ends.peer_in, 1 << 16):
+                time.sleep(0.05)  # 8 MiB takes ~6 s
+
+    def interrupt(signum, frame):
+        raise _Interrupted
+
+    threading.Thread(target=drain, daemon=True).start()
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.1)
+    try:
+        began = time.monotonic()
+        with pytest.raises(_Interrupted):
+            ends.reader().exchange(ends.writer, pack(["r", b"\0" * (8 << 20)]),
+                                   time.monotonic() + 20)
+        assert time.monotonic() - began < 3
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_busy_waiting_spends_the_cpu_and_sleeping_does_not(wire, ends, calm):
+    # The compiled wait really busy-waits within its window, and really sleeps after it
+    # (what the window is for).
+    for spin_s, busy in ((1.0, True), (0.0, False)):
+        _later(0.3, os.write, ends.peer_out, pack(["x"]))
+        cpu = time.thread_time()
+        assert ends.reader(spin_s).exchange(ends.writer, None, time.monotonic() + 30) == ["x"]
+        spent = time.thread_time() - cpu
+        assert (spent > 0.1) if busy else (spent < 0.1), (spin_s, spent)
+
+
+@pytest.mark.parametrize("spin_s", [0.0, 0.5])
+def test_another_thread_runs_while_one_waits(wire, ends, calm, spin_s):
+    # The wait lets go of the interpreter, busy-waiting too: a game's other threads go on.
+    began = []
     counted = []
 
     def count() -> None:
-        end = time.monotonic() + 0.2
-        while time.monotonic() < end:
-            counted.append(1)
+        while not began:
+            time.sleep(0.001)
+        end = began[0] + 0.25
+        while (now := time.monotonic()) < end:
+            if now > began[0] + 0.05:  # well inside the wait
+                counted.append(1)
 
-    _later(0.3, os.write, ends.peer_out, pack(["late"]))
+    _later(0.35, os.write, ends.peer_out, pack(["late"]))
     t = threading.Thread(target=count)
     t.start()
-    assert ends.reader(0.5).exchange(ends.writer, None, time.monotonic() + 30) == ["late"]
+    began.append(time.monotonic())
+    assert ends.reader(spin_s).exchange(ends.writer, None, time.monotonic() + 30) == ["late"]
     t.join()
     assert len(counted) > 1000
 
@@ -317,11 +401,15 @@ def test_another_thread_runs_while_one_waits(wire, ends):
            lambda inner: st.lists(inner, max_size=4), max_leaves=12), min_size=1, max_size=5),
        cuts=st.lists(st.integers(0, 600), max_size=5),
        pauses=st.lists(st.sampled_from([0.0, 0.0005, 0.003]), min_size=6, max_size=6),
-       spin=st.sampled_from([0.0, 0.002]))
-def test_frames_come_out_as_they_went_in_however_the_bytes_arrive(values, cuts, pauses, spin):
-    if compiled_exchange is None:
-        pytest.skip("the compiled wire is not built here")
+       spin=st.sampled_from([0.0, 0.002]),
+       compiled=st.booleans())
+def test_frames_come_out_as_they_went_in_however_the_bytes_arrive(values, cuts, pauses, spin,
+                                                                 compiled):
+    if compiled and compiled_exchange is None:
+        compiled = False  # only the Python steps here
     e = _Ends()
+    real = _protocol._exchange
+    _protocol._exchange = compiled_exchange if compiled else None
     try:
         data = b"".join(pack(v) for v in values)
         bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
@@ -339,6 +427,7 @@ def test_frames_come_out_as_they_went_in_however_the_bytes_arrive(values, cuts, 
         assert got == values
         assert not reader.pending()
     finally:
+        _protocol._exchange = real
         e.close()
 
 
@@ -353,6 +442,9 @@ def test_frames_come_out_as_they_went_in_however_the_bytes_arrive(values, cuts, 
     ((1, bytearray(b"x"), 2, 0.0, 0.0, None), TypeError),
     ((1, None, 2, "fast", 0.0, None), TypeError),
     ((1, None, 2, 0.0, 0.0, float("nan")), ValueError),
+    ((1, None, 2, float("nan"), 0.0, None), ValueError),
+    ((2**70, None, 2, 0.0, 0.0, None), ValueError),
+    ((-1, None, "y", 0.0, 0.0, None), ValueError),  # the first fault is the one raised
 ])
 def test_the_compiled_call_refuses_what_it_cannot_take(args, error):
     with pytest.raises(error):
@@ -383,5 +475,6 @@ def test_a_sandbox_on_the_python_steps_calls_serves_and_recovers(python_wire):
         crashed = sb.run("test_segfault()")
         assert crashed.status == "error" and sb.pid != pid
         assert sb.run("return 2").values == (2,)
-        # A wall budget of three years: its deadline is past what poll can wait at once.
-        assert sb.run("return 3", budget=moonbox.Budget(wall_s=1e8)).values == (3,)
+        # Wall budgets of three years and more: deadlines past what poll can wait at once.
+        for wall_s in (1e8, 1e306):
+            assert sb.run("return 3", budget=moonbox.Budget(wall_s=wall_s)).values == (3,)
