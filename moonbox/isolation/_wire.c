@@ -76,6 +76,17 @@ signalled(Wait *w)
     return raised;
 }
 
+/* After a read or write failed: 1 to try again (EINTR: its handlers ran), 0 when it
+ * would block, -1 failed (errno set, or 0 when a handler raised). */
+static int
+after_failure(Wait *w)
+{
+    if (errno == EINTR) {
+        return signalled(w) < 0 ? -1 : 1;
+    }
+    return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+}
+
 /* Wait until fd has the events, at most until the deadline: 1 ready, 0 timed out, -1
  * failed (errno set, or 0 when a signal handler raised). */
 static int
@@ -139,14 +150,12 @@ write_all(int fd, const char *data, Py_ssize_t len, Wait *w)
             }
             continue;
         }
-        if (errno == EINTR) {
-            if (signalled(w) < 0) {
-                return -1;
-            }
-            continue;
-        }
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        int again = after_failure(w);
+        if (again < 0) {
             return -1;
+        }
+        if (again) {
+            continue;
         }
         int r = wait_for(fd, POLLOUT, w);
         if (r <= 0) {
@@ -191,14 +200,12 @@ wait_and_read(int fd, char *buf, double spin, double window, int *hot, Wait *w)
             *hot = window <= 0 || now_s() - began <= window;
             return got;
         }
-        if (errno == EINTR) {
-            if (signalled(w) < 0) {
-                return -1;
-            }
-            continue;
-        }
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        int again = after_failure(w);
+        if (again < 0) {
             return -1;
+        }
+        if (again) {
+            continue;
         }
         ready = 0;  /* nothing in a non-blocking pipe after all: wait, then read */
         if (!w->has_deadline && spin <= 0) {

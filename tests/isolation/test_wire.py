@@ -276,6 +276,23 @@ class _Interrupted(Exception):
     pass
 
 
+@contextlib.contextmanager
+def _interrupted_after(seconds: float) -> Iterator[None]:
+    """A SIGALRM handler that raises :class:`_Interrupted` in ``seconds``, as Ctrl-C
+    raises KeyboardInterrupt."""
+
+    def interrupt(signum, frame):
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 @pytest.fixture
 def alarm() -> Iterator[list[int]]:
     """SIGALRM every 10 ms with a handler that counts, until the test ends."""
@@ -299,37 +316,19 @@ def test_signals_in_the_middle_of_a_wait_run_their_handlers_and_the_wait_goes_on
 @pytest.mark.parametrize("spin_s", [0.0, 0.001])
 def test_a_handler_that_raises_ends_the_wait_with_its_exception(wire, ends, calm, spin_s):
     # A KeyboardInterrupt in a host waiting for a hung worker: the host gets control back.
-    def interrupt(signum, frame):
-        raise _Interrupted
-
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    signal.setitimer(signal.ITIMER_REAL, 0.05)
-    try:
-        began = time.monotonic()
-        with pytest.raises(_Interrupted):
-            ends.reader(spin_s).exchange(ends.writer, None, None)
-        assert time.monotonic() - began < 10
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    began = time.monotonic()
+    with _interrupted_after(0.05), pytest.raises(_Interrupted):
+        ends.reader(spin_s).exchange(ends.writer, None, None)
+    assert time.monotonic() - began < 10
 
 
 def test_a_signal_while_it_busy_waits_is_handled_before_it_sleeps(wire, ends, calm):
     # Nothing comes: after the window it would sleep until the deadline, and a handler
     # due from the window must run first.
-    def interrupt(signum, frame):
-        raise _Interrupted
-
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    signal.setitimer(signal.ITIMER_REAL, 0.05)
-    try:
-        began = time.monotonic()
-        with pytest.raises(_Interrupted):
-            ends.reader(0.3).exchange(ends.writer, None, time.monotonic() + 30)
-        assert time.monotonic() - began < 10
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    began = time.monotonic()
+    with _interrupted_after(0.05), pytest.raises(_Interrupted):
+        ends.reader(0.3).exchange(ends.writer, None, time.monotonic() + 30)
+    assert time.monotonic() - began < 10
 
 
 def test_a_signal_while_a_large_write_goes_on_is_handled_as_it_goes(wire, ends):
@@ -337,27 +336,27 @@ def test_a_signal_while_a_large_write_goes_on_is_handled_as_it_goes(wire, ends):
     # makes progress is not interrupted by the signal, so its handler must not wait for
     # the whole frame to go and its answer to come.
     os.set_blocking(ends.out, True)
+    stop = threading.Event()
 
     def drain() -> None:
-        with contextlib.suppress(OSError):
-            while os.read(ends.peer_in, 1 << 16):
-                time.sleep(0.05)  # 8 MiB takes ~6 s
+        while not stop.is_set() and os.read(ends.peer_in, 1 << 16):
+            time.sleep(0.05)  # 8 MiB takes ~6 s
 
-    def interrupt(signum, frame):
-        raise _Interrupted
-
-    threading.Thread(target=drain, daemon=True).start()
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    signal.setitimer(signal.ITIMER_REAL, 0.1)
+    drainer = threading.Thread(target=drain, daemon=True)
+    drainer.start()
+    began = time.monotonic()
     try:
-        began = time.monotonic()
-        with pytest.raises(_Interrupted):
+        with _interrupted_after(0.1), pytest.raises(_Interrupted):
             ends.reader().exchange(ends.writer, pack(["r", b"\0" * (8 << 20)]),
                                    time.monotonic() + 20)
         assert time.monotonic() - began < 3
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        # The drainer ends before the pipes close: a descriptor number it read from could
+        # be the next test's pipe.
+        stop.set()
+        os.close(ends.out)  # its read, if it waits in one, meets the end
+        drainer.join(10)
+        assert not drainer.is_alive()
 
 
 def test_busy_waiting_spends_the_cpu_and_sleeping_does_not(wire, ends, calm):
