@@ -418,7 +418,7 @@ class FrameReader:
                 stays buffered).
             OSError: reading the pipe failed.
         """
-        buf: bytes | None = self._buffer
+        buf = self._buffer
         if buf:
             self._buffer = b""  # _take keeps what is past the frame
         else:
@@ -442,7 +442,6 @@ class FrameReader:
                     buf = self._read_some(_READ_BYTES, deadline)
                 if window:
                     self._hot = _monotonic() - began <= window
-        assert buf is not None
         return self._take(buf, deadline)
 
     def exchange(self, writer: FrameWriter, data: bytes | None,
@@ -457,36 +456,28 @@ class FrameReader:
             FrameTimeout: the deadline passed before the request was written or the whole
                 answer arrived.
         """
-        if self._buffer or _exchange is None:
-            if data is not None:
-                writer.write(data, deadline)
-            try:
-                return self.read(deadline)
-            except OSError as exc:
-                raise FrameError(f"reading the pipe failed: {exc}") from None
-        window = self._window
-        spin = 0.0
-        now = _monotonic()
-        if window:
-            if now >= self._next_check:
-                self._check_contention(now)
-            if self._hot and not self.contended:
-                spin = window
         try:
+            if self._buffer or _exchange is None:
+                if data is not None:
+                    writer.write(data, deadline)
+                return self.read(deadline)
+            window = self._window
+            spin = 0.0
+            now = _monotonic()
+            if window:
+                if now >= self._next_check:
+                    self._check_contention(now)
+                if self._hot and not self.contended:
+                    spin = window
             # The time left, not the deadline: the compiled wait keeps its own clock.
             got = _exchange(writer.fd, data, self.fd, spin, window,
                             None if deadline is None else deadline - now)
+            if got is None:
+                raise FrameTimeout("the deadline passed before the answer arrived")
+            buf, whole, self._hot = got
+            return self._decode(buf) if whole else self._take(buf, deadline)
         except OSError as exc:
             raise FrameError(f"the pipe failed: {exc}") from None
-        if got is None:
-            raise FrameTimeout("the deadline passed before the answer arrived")
-        buf, whole, self._hot = got
-        if whole:
-            return self._decode(buf)
-        try:
-            return self._take(buf, deadline)
-        except OSError as exc:
-            raise FrameError(f"reading the pipe failed: {exc}") from None
 
     def _take(self, buf: bytes, deadline: float | None) -> Any:
         """The next frame, from ``buf`` (what the last read took, after what was buffered)

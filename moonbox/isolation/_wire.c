@@ -7,9 +7,10 @@
  * in Python (moonbox/isolation/_protocol.py, FrameReader.exchange). Where it cannot be
  * built, the same steps run in Python.
  *
- * The interpreter lock is released while writing, waiting and reading. A signal that
- * interrupts a system call runs the interpreter's handlers, as the interpreter's own
- * calls do: an exception there (KeyboardInterrupt) ends the call.
+ * The interpreter lock is released while writing, waiting and reading. The
+ * interpreter's signal handlers run when a signal interrupts a system call (as in the
+ * interpreter's own calls), after each part of a write the pipe could not take at once,
+ * and when busy-waiting ends: an exception there (KeyboardInterrupt) ends the call.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -291,7 +292,9 @@ exchange(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
             errno = error;
             PyErr_SetFromErrno(PyExc_OSError);
         }
-        /* else a signal handler raised: its exception is set */
+        else if (!PyErr_Occurred()) {  /* a signal handler raised: its exception is set */
+            PyErr_SetString(PyExc_SystemError, "the wait failed without saying why");
+        }
     }
     else {
         /* The usual read: one whole frame and nothing after it. Its body alone, then. */
