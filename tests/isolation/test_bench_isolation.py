@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from moonbox._bench_isolation import IsolationBench, _watched
-
-pytestmark = pytest.mark.usefixtures("no_workers_left_behind")
 
 
 def test_a_sample_that_ends_with_the_cpus_contended_is_counted():

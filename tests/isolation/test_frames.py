@@ -38,28 +38,6 @@ def pipe() -> Iterator[tuple[int, int]]:
             pass
 
 
-class _Preemptions:
-    """A stand-in for ``resource.getrusage``: the involuntary context switches so far.
-    (The tests put stand-ins under both of the reader's figures: the machine's own would
-    make them depend on its load.)"""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, who: int) -> object:
-        return type("Usage", (), {"ru_nivcsw": self.count})()
-
-
-@pytest.fixture
-def calm(monkeypatch) -> _Preemptions:
-    """The reader's scheduler figures say the CPUs are calm, whatever the machine's load:
-    a reader busy-waits whenever its window allows, until a test moves the preemptions."""
-    preemptions = _Preemptions()
-    monkeypatch.setattr(_protocol.resource, "getrusage", preemptions)
-    monkeypatch.setattr(_protocol, "_runqueue_wait_ns", lambda path: 0)
-    return preemptions
-
-
 @pytest.fixture
 def spins(monkeypatch) -> list[bytes]:
     """What each busy-wait of any reader took (nothing when nothing came in the window)."""

@@ -32,8 +32,6 @@ from moonbox.isolation._protocol import (
     pack,
 )
 
-pytestmark = pytest.mark.usefixtures("no_workers_left_behind")
-
 try:
     from moonbox.isolation import _wire
 except ImportError:
@@ -66,14 +64,6 @@ def wire(request, monkeypatch) -> str:
     else:
         monkeypatch.setattr(_protocol, "_exchange", None)
     return request.param
-
-
-@pytest.fixture
-def calm(monkeypatch) -> None:
-    """The scheduler figures say the CPUs are calm: a reader busy-waits when it may."""
-    usage = type("Usage", (), {"ru_nivcsw": 0})()
-    monkeypatch.setattr(_protocol.resource, "getrusage", lambda who: usage)
-    monkeypatch.setattr(_protocol, "_runqueue_wait_ns", lambda path: 0)
 
 
 class _Ends:
@@ -115,16 +105,14 @@ def _later(seconds: float, fn, *args) -> threading.Thread:
     return t
 
 
-def _echo(ends: _Ends, count: int, delay_s: float = 0.0) -> threading.Thread:
+def _echo(ends: _Ends, count: int) -> threading.Thread:
     """The other side: answers each of ``count`` frames with ``["r", frame]``."""
 
     def run() -> None:
         reader = FrameReader(ends.peer_in)
         writer = FrameWriter(ends.peer_out)
         for _ in range(count):
-            frame = reader.read()
-            time.sleep(delay_s)
-            writer.send(["r", frame])
+            writer.send(["r", reader.read()])
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
