@@ -163,7 +163,8 @@ end)
 ])
 def test_a_killed_worker_costs_one_call_and_the_mod_goes_on(make_game, hooked_pool, bad, kind,
                                                             budget):
-    game = _isolated(make_game, hooked_pool, budget=Budget(wall_s=0.1, steps=200_000))
+    game = _isolated(make_game, hooked_pool, budget=Budget(wall_s=0.1, steps=200_000),
+                    wall_margin_s=1.0)
     source = COUNTER.replace("{bad}", f"if t == 3 then {bad} end")
     mod = game.load_mod("victim", source)
     pid = mod.sandbox.pid
@@ -311,7 +312,7 @@ def test_repeated_crashes_quarantine_the_mod_and_the_others_never_notice(make_ga
 
 def test_a_pool_under_load_with_one_bad_mod(make_game):
     with WorkerPool(2, memory_limit_bytes=512 << 20, _test_hooks=True) as pool:
-        game = make_game(isolation="process", pool=pool, wall_margin_s=0.3,
+        game = make_game(isolation="process", pool=pool, wall_margin_s=1.0,
                          budget=Budget(wall_s=0.1, steps=200_000))
         good = [game.load_mod(f"good{i}", 'on("tick", function(t) state_set("n", t) end)')
                 for i in range(5)]

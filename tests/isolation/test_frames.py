@@ -148,8 +148,10 @@ def test_a_busy_waiting_reader_takes_a_frame_that_comes_within_its_window(pipe, 
 def test_a_wait_past_the_window_stops_the_busy_waiting_and_a_short_one_starts_it(
         pipe, calm, spins):
     r, w = pipe
-    reader = FrameReader(r, spin_s=0.02)
-    _later(0.3, os.write, w, pack(["late"]))
+    # A window wide enough that "again" (5 ms) lands in it on a loaded machine, and "late"
+    # (1 s) well past it.
+    reader = FrameReader(r, spin_s=0.25)
+    _later(1.0, os.write, w, pack(["late"]))
     assert reader.read(time.monotonic() + 30) == ["late"]
     assert spins == [b""]  # the busy-wait ran out; the reader slept
     assert not reader._hot  # the next wait sleeps at once

@@ -350,8 +350,9 @@ def test_a_signal_while_a_large_write_goes_on_is_handled_as_it_goes(wire, ends):
 def test_busy_waiting_spends_the_cpu_and_sleeping_does_not(wire, ends, calm):
     # The compiled wait really busy-waits within its window, and really sleeps after it
     # (what the window is for).
-    for spin_s, busy in ((1.0, True), (0.0, False)):
-        _later(0.3, os.write, ends.peer_out, pack(["x"]))
+    # A second of waiting: a third of a core (0.1 s) is far below it even on a loaded machine.
+    for spin_s, busy in ((2.0, True), (0.0, False)):
+        _later(1.0, os.write, ends.peer_out, pack(["x"]))
         cpu = time.thread_time()
         assert ends.reader(spin_s).exchange(ends.writer, None, time.monotonic() + 30) == ["x"]
         spent = time.thread_time() - cpu
