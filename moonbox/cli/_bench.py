@@ -1,4 +1,4 @@
-"""``moonbox bench``: the command; what it measures lives in :mod:`moonbox._bench`."""
+"""``moonbox bench``: the command; what it measures lives in :mod:`moonbox.bench`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,6 @@ __all__ = ["bench"]
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def bench(quick: bool, as_json: bool) -> None:
     """Sandbox overhead: metered, hook-metered and raw LuaJIT, interleaved, as ratios."""
-    from .._bench import run_bench
+    from ..bench import run_bench
 
     sys.exit(run_bench(Console(highlight=False, soft_wrap=True), quick=quick, as_json=as_json))
