@@ -1,7 +1,7 @@
 """Fixtures of the pytest-benchmark suite (run: ``pytest benchmarks/ --benchmark-only``).
 
 The suite is not part of the unit tests (``testpaths`` is ``tests/``). It measures the same
-workloads and modes as ``moonbox bench``, with the runners of :mod:`moonbox._bench`.
+workloads and modes as ``moonbox bench``, with the runners of :mod:`moonbox.bench`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from moonbox._bench import QUICK_SCALE, Mode, Runner, Workload, make_idle_runner, make_runner
+from moonbox.bench import QUICK_SCALE, Mode, Runner, Workload, make_idle_runner, make_runner
 
 
 @pytest.fixture

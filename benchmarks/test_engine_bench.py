@@ -89,7 +89,7 @@ class RawFloor:
     """``mods`` raw LuaJIT runtimes, each handling ``tick`` as ``variant`` does."""
 
     def __init__(self, mods: int, variant: str = "full") -> None:
-        from moonbox._bench import raw_luajit
+        from moonbox.bench import raw_luajit
 
         self.positions = {f"e-m{i}": 0 for i in range(mods)}
         self.pending: list[tuple[str, Any]] = []

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from moonbox import Sandbox
-from moonbox._bench import MODES, Mode, Runner, make_bare_runner, new_runtime
+from moonbox.bench import MODES, Mode, Runner, make_bare_runner, new_runtime
 
 CALLS = 1_000
 

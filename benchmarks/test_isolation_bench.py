@@ -11,7 +11,7 @@ handler, trivial or issuing the same 10 world commands, one tick at a time.
 In a worker every call is one round trip, and so is every binding call it makes: the
 overhead per round trip is (isolated - in process) / (1 + binding calls). Target: at most
 30 µs. The handlers, the sandboxes that run them and the raw floor live in
-``moonbox._bench_isolation``, which ``moonbox bench`` measures the target with.
+``moonbox.bench``, which ``moonbox bench`` measures the target with.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from moonbox import Budget
-from moonbox._bench_isolation import (
+from moonbox.bench import (
     EXPECTED,
     HANDLERS,
     ISOLATION_MODES,

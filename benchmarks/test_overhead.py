@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from moonbox._bench import MODES, QUICK_SCALE, WARMUP_RUNS, WORKLOADS, Mode, Runner, Workload
+from moonbox.bench import MODES, QUICK_SCALE, WARMUP_RUNS, WORKLOADS, Mode, Runner, Workload
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, create_model
 
-from moonbox._cli_stubs import stubs
 from moonbox.bindings import Binding, LuaNumber, Permissions, Registry, default_bindings
 from moonbox.bindings._stubs import render_stubs
+from moonbox.cli._stubs import stubs
 
 # -- the checker -------------------------------------------------------------------------
 
@@ -774,7 +774,7 @@ def test_cli_failed_replace_keeps_the_old_file(tmp_path: Path, monkeypatch: pyte
     def refuse(src: Any, dst: Any) -> None:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("moonbox._cli_stubs.os.replace", refuse)
+    monkeypatch.setattr("moonbox.cli._stubs.os.replace", refuse)
     result = CliRunner().invoke(stubs, ["-o", str(out)])
     assert result.exit_code == 2 and "Permission denied" in result.output
     assert out.read_text() == "old contents"

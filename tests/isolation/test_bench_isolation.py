@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from moonbox._bench_isolation import IsolationBench, _watched
+from moonbox.bench._isolation import IsolationBench, _watched
 
 
 def test_a_sample_that_ends_with_the_cpus_contended_is_counted():

@@ -159,7 +159,7 @@ return keys, same
 
 
 def test_deterministic_pairs_meters_a_sort_its_keys_make_quadratic():
-    from moonbox._bench import raw_luajit
+    from moonbox.bench import raw_luajit
 
     n = 8192  # past the native sort's limit (4096): sorted in metered Lua
     keys, same = raw_luajit().execute(_KILLER_KEYS, n)

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 from pydantic import BaseModel
 
-from moonbox._cli_versions import DEFAULT_STORE, STORE_ENV
 from moonbox.cli import cli
+from moonbox.cli._versions import DEFAULT_STORE, STORE_ENV
 from moonbox.store import Store
 
 

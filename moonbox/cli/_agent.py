@@ -23,8 +23,8 @@ from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
-from ._errors import MoonboxError
-from .agent import (
+from .._errors import MoonboxError
+from ..agent import (
     DEFAULT_BUDGET,
     ChatClient,
     Event,
@@ -37,8 +37,8 @@ from .agent import (
     replies_path,
     run_repair_eval,
 )
-from .bindings import MODES, Permissions, Registry, default_bindings
-from .sandbox import Budget
+from ..bindings import MODES, Permissions, Registry, default_bindings
+from ..sandbox import Budget
 
 __all__ = ["agent", "eval_repair"]
 
@@ -93,7 +93,7 @@ def agent(task: str, base_url: str | None, model: str | None, api_key_env: str |
     The script runs with the default bindings (report, add) under --mode. Exit status: 0
     solved, 1 not solved, 2 usage or backend errors.
     """
-    from .store import Store
+    from ..store import Store
 
     console = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)

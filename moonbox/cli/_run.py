@@ -1,8 +1,7 @@
-"""The ``moonbox`` command.
+"""``moonbox run FILE...``: each file as its own mod, in order, in one host process.
 
 ``moonbox run`` keeps a fixed contract that other tools rely on (flags, JSON lines, exit
-codes); see README.md. Built on click (arguments, help, usage errors with exit status 2)
-and rich (readable terminal output).
+codes); see README.md.
 """
 
 from __future__ import annotations
@@ -17,24 +16,20 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from . import __version__
-from ._cli_agent import agent, eval_repair
-from ._cli_dev import dev
-from ._cli_fuzz import fuzz
-from ._cli_stubs import stubs
-from ._cli_versions import versions
-from ._cli_world import (
+from .._errors import MoonboxError, ScriptError
+from ..bindings import Registry
+from ..sandbox import Budget, Outcome, parse_size
+from ..sandbox._marshal import format_value
+from ..world import CommandResult, World
+from ._run_world import (
     apply_file_commands,
     load_world,
     mod_permissions,
     save_world,
     world_registry,
 )
-from ._errors import MoonboxError, ScriptError
-from .bindings import Registry
-from .sandbox import Budget, Outcome, parse_size
-from .sandbox._marshal import format_value
-from .world import CommandResult, World
+
+__all__ = ["run"]
 
 EXIT_OK, EXIT_SCRIPT, EXIT_USAGE, EXIT_BUDGET = 0, 1, 2, 3
 
@@ -64,13 +59,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="moonbox")
-def cli() -> None:
-    """Run untrusted Lua mods under budgets that hold with the JIT on."""
-
-
-@cli.command()
+@click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--steps", type=click.IntRange(min=1), default=DEFAULT_STEPS, show_default=True,
               help="Metering steps per resume (one per loop iteration, call or goto).")
@@ -139,7 +128,7 @@ def _run_file(path: Path, budget: Budget, jit: bool, as_json: bool, console: Con
     try:
         with registry.mod(mod_id, mod_permissions()) as api:
             if isolate:
-                from .isolation import IsolatedSandbox
+                from ..isolation import IsolatedSandbox
 
                 with IsolatedSandbox(budget, jit=jit, host_functions=api.host_functions,
                                      state_global=None, mod_id=mod_id) as isolated:
@@ -229,36 +218,3 @@ def _print_error(error: ScriptError, console: Console) -> None:
     for frame in error.traceback[:10]:
         console.print(f"    [dim]{escape(str(frame))}[/]")
 
-
-@cli.command()
-def demo() -> None:
-    """A short showcase of the sandbox: budgets, trips, escapes refused."""
-    from ._demo import run_demo
-
-    sys.exit(run_demo(Console(highlight=False, soft_wrap=True)))
-
-
-@cli.command()
-@click.option("--quick", is_flag=True, help="Fewer rounds: a rough table in a few seconds.")
-@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-def bench(quick: bool, as_json: bool) -> None:
-    """Sandbox overhead: metered, hook-metered and raw LuaJIT, interleaved, as ratios."""
-    from ._bench import run_bench
-
-    sys.exit(run_bench(Console(highlight=False, soft_wrap=True), quick=quick, as_json=as_json))
-
-
-cli.add_command(agent)
-cli.add_command(dev)
-cli.add_command(eval_repair)
-cli.add_command(fuzz)
-cli.add_command(stubs)
-cli.add_command(versions)
-
-
-def main() -> None:
-    cli()
-
-
-if __name__ == "__main__":
-    main()

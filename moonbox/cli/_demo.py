@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import sys
 from importlib import resources
 
+import click
 from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 
-from .bindings import Binding, LuaNumber, Permissions, Registry, default_bindings
-from .sandbox import Budget, Outcome, Run, Sandbox
-from .sandbox._marshal import format_value
+from ..bindings import Binding, LuaNumber, Permissions, Registry, default_bindings
+from ..sandbox import Budget, Outcome, Run, Sandbox
+from ..sandbox._marshal import format_value
+
+__all__ = ["demo", "run_demo"]
 
 _MODS = resources.files("moonbox.demo_mods")
 
@@ -128,8 +132,8 @@ def run_demo(console: Console) -> int:
 
 def _arena(console: Console, ticks: int = 100) -> None:
     """9. The arena (also examples/arena/arena.py), headless: four mods play, one is quarantined."""
-    from .mods import arena_mods, load_packages
-    from .mods._dev import arena_game
+    from ..mods import arena_mods, load_packages
+    from ..mods._dev import arena_game
 
     console.print(f"\n[bold]9. A game: four mods and a glitch, {ticks} ticks[/]  "
                   "[dim]demo_mods/arena/*/ (moonbox dev --init DIR copies them to edit)[/]")
@@ -157,3 +161,9 @@ def _arena(console: Console, ticks: int = 100) -> None:
                       f"the tick boundary; world hash {game.world.content_hash()[:16]}. "
                       "The glitch was stopped three times and quarantined; the others "
                       "never noticed.[/]")
+
+
+@click.command()
+def demo() -> None:
+    """A short showcase of the sandbox: budgets, trips, escapes refused."""
+    sys.exit(run_demo(Console(highlight=False, soft_wrap=True)))

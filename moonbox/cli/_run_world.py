@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from .bindings import Permissions, Registry, default_bindings
-from .world import CommandResult, World, WorldError, world_bindings
+from ..bindings import Permissions, Registry, default_bindings
+from ..world import CommandResult, World, WorldError, world_bindings
 
 __all__ = ["apply_file_commands", "load_world", "save_world", "world_registry"]
 

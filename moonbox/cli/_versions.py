@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .store import KeyInfo, Kind, Revision, RevisionRef, Store, StoreError
+from ..store import KeyInfo, Kind, Revision, RevisionRef, Store, StoreError
 
 __all__ = ["DEFAULT_STORE", "STORE_ENV", "versions"]
 

@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 
-from .bindings import Permissions
-from .sandbox import parse_size
-from .store import Store
+from ..bindings import Permissions
+from ..sandbox import parse_size
+from ..store import Store
 
 __all__ = ["dev"]
 
@@ -92,8 +92,8 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
     To start from the example arena: moonbox dev my-mods --init, then edit
     my-mods/scoreboard/main.lua while it runs.
     """
-    from .mods import ModError, ModHost, copy_arena_mods
-    from .mods._dev import (
+    from ..mods import ModError, ModHost, copy_arena_mods
+    from ..mods._dev import (
         DevSession,
         describe_result,
         describe_workers,

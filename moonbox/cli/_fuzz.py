@@ -44,9 +44,9 @@ def fuzz(examples: int, seed: int, out_dir: Path, no_jit: bool, wall_s: float | 
     errors (or when the generator's package is not installed).
     """
     try:
-        from .fuzz import DEFAULT_MARGIN_S, DEFAULT_WALL_S
-        from .fuzz._runner import FuzzReport
-        from .fuzz._runner import fuzz as run_fuzz
+        from ..fuzz import DEFAULT_MARGIN_S, DEFAULT_WALL_S
+        from ..fuzz._runner import FuzzReport
+        from ..fuzz._runner import fuzz as run_fuzz
     except ImportError as exc:
         raise click.UsageError(
             f"moonbox fuzz needs the dev extras ({exc.name} is missing): "
@@ -84,7 +84,7 @@ def fuzz(examples: int, seed: int, out_dir: Path, no_jit: bool, wall_s: float | 
 
 
 def _print_report(report: object, console: Console) -> None:
-    from .fuzz._runner import FuzzReport
+    from ..fuzz._runner import FuzzReport
 
     assert isinstance(report, FuzzReport)
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(report.statuses.items()))

@@ -29,11 +29,12 @@ from typing import Any
 
 import msgpack
 
-from .bindings import Registry, default_bindings
-from .isolation import IsolatedSandbox
-from .isolation._protocol import spin_window
-from .sandbox import Budget
-from .world import World, world_bindings
+from ..bindings import Registry, default_bindings
+from ..isolation import IsolatedSandbox
+from ..isolation._protocol import spin_window
+from ..sandbox import Budget
+from ..world import World, world_bindings
+from ._baseline import interleaved, raw_luajit
 
 __all__ = [
     "EXPECTED",
@@ -106,7 +107,7 @@ class IsolationBench:
 
 _RAW_WORKER = """
 import os, select, struct, sys, time, msgpack
-from moonbox._bench import raw_luajit
+from moonbox.bench._baseline import raw_luajit
 rfd, wfd, window = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 fn = raw_luajit().eval("function(x) return x end")
 packer, head = msgpack.Packer(use_bin_type=True), struct.Struct("<I")
@@ -167,8 +168,6 @@ class RawPipeFloor:
 
 def raw_in_process() -> Callable[[], Any]:
     """The raw worker's function, called in process."""
-    from ._bench import raw_luajit
-
     fn = raw_luajit().eval("function(x) return x end")
     return lambda: fn(1)
 
@@ -218,8 +217,6 @@ def isolation_costs(rounds: int, calls: int) -> dict[str, Any]:
     host has just left busy-waits for its next request for up to a window (see
     ``_protocol.spin_window``), and the workers of other handlers doing so in the middle of
     a sample would measure the machine's contention, not the round trip."""
-    from ._bench import _interleaved
-
     report: dict[str, Any] = {}
     for name in ("trivial", "10-world-commands", "raw floor"):
         with ExitStack() as stack:
@@ -242,7 +239,7 @@ def isolation_costs(rounds: int, calls: int) -> dict[str, Any]:
                     samplers[mode] = _batch_sampler(call, calls)
                     if mode != "in-process":
                         samplers[mode] = _watched(samplers[mode], bench.sandbox, contended)
-            samples = _interleaved(samplers, rounds)
+            samples = interleaved(samplers, rounds)
         in_process = statistics.median(samples["in-process"]) * 1e6
         isolated = statistics.median(samples["isolated-no-state"]) * 1e6
         trips = ROUND_TRIPS.get(name, 1)

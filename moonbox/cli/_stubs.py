@@ -15,8 +15,8 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from .bindings import MODES, Decision, Permissions, Registry, default_bindings
-from .bindings._stubs import render_stubs
+from ..bindings import MODES, Decision, Permissions, Registry, default_bindings
+from ..bindings._stubs import render_stubs
 
 __all__ = ["stubs"]
 

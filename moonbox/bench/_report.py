@@ -1,0 +1,115 @@
+"""What ``moonbox bench`` prints: tables of the figures and targets, or one JSON object."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .._errors import MoonboxError
+from ._measure import COSTS, TARGET_WORKLOAD, TRIP_LOOPS, TRIP_WALL_S, measure
+from ._workloads import MODES
+
+__all__ = ["run_bench"]
+
+MODE_HEADERS = ("raw", "metered", "no-jit")
+
+
+def _verdict(met: bool) -> str:
+    return "[green]PASS[/]" if met else "[red]MISS[/]"
+
+
+def _render(report: dict[str, Any], console: Console) -> None:
+    env = report["environment"]
+    console.print(
+        f"[bold]moonbox bench[/]{' --quick' if report['quick'] else ''}: "
+        f"median of {report['rounds']} interleaved rounds, {env['luajit']}, lupa {env['lupa']}, "
+        f"Python {env['python']}, {env['cpus']} CPUs, {report['elapsed_s']:.0f} s"
+    )
+    table = Table(title="Workloads: ms per run, and ratio to raw LuaJIT (JIT on)")
+    for header in ("workload", *MODE_HEADERS, "metered/raw", "no-jit/raw",
+                   f"≤{TARGET_WORKLOAD}x"):
+        table.add_column(header, justify="left" if header == "workload" else "right",
+                         no_wrap=True)
+    for w in report["workloads"]:
+        table.add_row(
+            w["name"],
+            f"{w['raw_ms']:.1f}", f"{w['metered_ms']:.1f}", f"{w['nojit_ms']:.1f}",
+            f"{w['metered_ratio']:.2f}x", f"{w['nojit_ratio']:.2f}x",
+            _verdict(w["metered_ratio"] <= TARGET_WORKLOAD),
+        )
+    geo = report["geomean"]
+    table.add_section()
+    table.add_row("geomean", "", "", "", f"{geo['metered_ratio']:.2f}x",
+                  f"{geo['nojit_ratio']:.2f}x", "")
+    table.caption = ("geomean: all workloads. raw LuaJIT calls the same add binding, "
+                     "validation included, as a bare Python function")
+    console.print(table)
+    best = ", ".join(f"{w['name']} {w['metered_ratio_min']:.2f}x" for w in report["workloads"])
+    console.print(f"[dim]metered/raw from the fastest round of each (less sensitive to other "
+                  f"load): {best}; geomean {geo['metered_ratio_min']:.2f}x[/]")
+
+    costs = report["costs"]
+    fixed = Table(title="Fixed costs, µs (metered and no-jit: moonbox's sandbox)")
+    for header in ("what", *MODE_HEADERS):
+        fixed.add_column(header, justify="left" if header == "what" else "right", no_wrap=True)
+    labels = ("create a runtime", "call add() from Lua", "resume a yielding handler")
+    for key, label in zip(COSTS, labels, strict=True):
+        fixed.add_row(label, *(f"{costs[key][m]:.2f}" for m in MODES))
+    fixed.caption = (f"a bare lupa callback (no validation): "
+                     f"{costs['bare_callback_us']['raw']:.2f} µs per call")
+    console.print(fixed)
+    trips = ", ".join(f"{mode} median {m['median_ms']:.1f} ms, worst {m['max_ms']:.1f} ms"
+                      for mode, m in report["trip_margins"].items())
+    console.print(f"Time trips past wall_s={TRIP_WALL_S:g} s ({', '.join(TRIP_LOOPS)}): {trips}")
+
+    iso = Table(title="Process isolation: µs per call (in a worker: no state snapshot)")
+    for header in ("handler", "in process", "in a worker", "round trips", "per round trip"):
+        iso.add_column(header, justify="left" if header == "handler" else "right", no_wrap=True)
+    for name, m in report["isolation"].items():
+        iso.add_row(name, f"{m['in_process_us']:.1f}", f"{m['isolated_us']:.1f}",
+                    str(m["round_trips"]), f"{m['per_round_trip_us']:.1f}")
+    wire = ("compiled" if env["isolation_wire"] == "compiled"
+            else "in Python (the compiled module is not built here)")
+    contended = ", ".join(f"{name} {m['contended_samples']}/{m['samples']}"
+                          for name, m in report["isolation"].items() if "samples" in m)
+    iso.caption = (f"each side's wait and reads: {wire}; samples that found the CPUs "
+                   f"contended, when both sides sleep instead of busy-waiting and a round trip "
+                   f"costs several times more: {contended}; raw floor: a raw LuaJIT function "
+                   "in a worker process, plain frames over pipes, nothing checked")
+    console.print(iso)
+
+    targets = Table(title="Targets")
+    for header in ("target", "measured", "limit", ""):
+        targets.add_column(header, justify="left" if header == "target" else "right")
+    for t in report["targets"]:
+        fmt = "{:.2f}" if t["unit"] == "x" else "{:.1f}"  # µs and ms: one decimal
+        targets.add_row(t["name"], fmt.format(t["value"]) + " " + t["unit"],
+                        f"≤ {t['limit']:g} {t['unit']}", _verdict(t["met"]))
+    console.print(targets)
+    console.print("[dim]Shared machines are noisy: a MISS is reported, never an error.[/]")
+
+
+def run_bench(console: Console, *, quick: bool, as_json: bool) -> int:
+    """Measure, then print a table (or one JSON object). Returns the exit status.
+
+    0 whatever the targets say (timings on shared machines are noisy); 1 if the benchmark
+    itself failed (a workload errored or the modes disagreed on a checksum).
+    """
+    try:
+        if as_json:
+            report = measure(quick)
+        else:
+            with console.status("measuring: raw LuaJIT, metered and no-jit, interleaved; "
+                                "then process isolation..."):
+                report = measure(quick)
+    except MoonboxError as exc:
+        Console(stderr=True, highlight=False).print(f"[bold red]bench failed:[/] {exc}")
+        return 1
+    if as_json:
+        console.out(json.dumps(report, ensure_ascii=False), highlight=False)
+    else:
+        _render(report, console)
+    return 0
