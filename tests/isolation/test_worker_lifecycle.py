@@ -47,22 +47,61 @@ def _inject(pid: int, data: bytes) -> None:
         pipe.write(data)
 
 
+class _WatchedLock:
+    """A worker's lock that tells when one thread (the one closing it) begins to wait for
+    it; everything else goes to the lock itself."""
+
+    def __init__(self, lock, thread_id: int) -> None:
+        self._lock = lock
+        self._thread_id = thread_id
+        self.waiting = threading.Event()
+
+    def acquire(self, *args, **kwargs) -> bool:
+        if threading.get_ident() == self._thread_id:
+            self.waiting.set()
+        return self._lock.acquire(*args, **kwargs)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> _WatchedLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _dead(pid: int) -> bool:
+    """The process has exited (reaped, or a zombie not yet reaped)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 # -- 1. an abandoned request -------------------------------------------------------------
 
 
 def test_an_abandoned_request_leaves_no_answer_for_the_next_one():
+    # The interrupt is armed from inside the request (by a host call), and the worker then
+    # sleeps far longer than it can take to arrive: it lands while the host waits for the
+    # answer, however slow the machine.
     def interrupt(*_: object) -> None:
         raise _Interrupted
 
+    def arm():
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        return ()
+
     with WorkerPool(1, _test_hooks=True) as pool:
-        a = pool.sandbox("a", Budget(wall_s=30))
+        a = pool.sandbox("a", Budget(wall_s=60), host_functions=[_Function("arm", arm)])
         b = pool.sandbox("b")
         b.run("state = {owner = 'b'}")
         old = signal.signal(signal.SIGALRM, interrupt)
         try:
-            signal.setitimer(signal.ITIMER_REAL, 0.1)
             with pytest.raises(_Interrupted):
-                a.run("state = {owner = 'a'} test_sleep(1) return 'a-result'")
+                a.run("state = {owner = 'a'} arm() test_sleep(30) return 'a-result'")
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
@@ -107,17 +146,24 @@ def test_a_host_function_that_closes_its_sandbox_ends_the_call_as_closed(caplog)
 def test_closing_a_worker_leaves_its_pipe_to_the_request_in_flight():
     # A descriptor closed under a reader could be reused by a file opened meanwhile, and
     # the reader would read that file: close() waits for the request to let go.
-    closing = threading.Event()
+    # slow() holds the request until close() has killed the worker and waits for the
+    # request to let go (each for at most 10 s): then it looks at the pipe.
+    entered = threading.Event()
     seen: list[int] = []
 
     def slow():
-        closing.wait(5)
-        time.sleep(0.3)  # close() has begun, and killed the worker
+        entered.set()
+        deadline = time.monotonic() + 10
+        while not _dead(pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        lock.waiting.wait(10)
         seen.append(worker._read_fd)
         return ()
 
     sb = IsolatedSandbox(host_functions=[_Function("slow", slow)], state_global=None)
     worker = sb._worker
+    pid = sb.pid
+    worker.lock = lock = _WatchedLock(worker.lock, threading.get_ident())
     failures: list[BaseException] = []
 
     def run() -> None:
@@ -129,16 +175,14 @@ def test_closing_a_worker_leaves_its_pipe_to_the_request_in_flight():
     thread = threading.Thread(target=run)
     thread.start()
     try:
-        time.sleep(0.3)  # the worker waits for slow()'s answer
-        closing.set()
+        assert entered.wait(10)  # the worker waits for slow()'s answer
         worker.close(timeout_s=0.1)
         thread.join(5)
         assert seen and seen[0] >= 0  # still open while the request held the worker
         assert worker._read_fd == -1  # and closed once it let go
         assert len(failures) == 1 and isinstance(failures[0], SandboxClosed)
     finally:
-        closing.set()
-        thread.join(5)
+        thread.join(25)
         sb.close()
 
 
