@@ -82,6 +82,7 @@ class Pool(Protocol):
 
     def unpin(self, mod_id: str) -> None: ...
 
+
 _FINISHED = frozenset({"done", "error", "budget"})
 _OK_STATUSES = frozenset({"done", "yielded", "preempted"})
 _STATUSES = _OK_STATUSES | {"error", "budget"}
