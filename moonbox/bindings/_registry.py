@@ -98,8 +98,10 @@ class Registry:
             ScopeClosed: ``scope`` is closed (nothing is installed).
         """
         if scope is not None:
-            return scope.register(binding)
-        self._install(binding)
+            scope.hold(f"binding {binding.name!r}", lambda: self._install(binding),
+                       lambda: self._uninstall(binding), name=f"binding {binding.name}")
+        else:
+            self._install(binding)
         return binding
 
     def binding(
@@ -172,8 +174,10 @@ class Registry:
     def add_hook(self, hook: Hook, *, scope: Scope | None = None) -> Hook:
         """Add a hook (until ``scope`` closes, if given)."""
         if scope is not None:
-            return scope.add_hook(hook)
-        self._install_hook(hook)
+            scope.hold(f"hook {hook.name!r}", lambda: self._install_hook(hook),
+                       lambda: self._uninstall_hook(hook), name=f"hook {hook.name}")
+        else:
+            self._install_hook(hook)
         return hook
 
     def remove_hook(self, hook: Hook) -> None:
@@ -204,8 +208,10 @@ class Registry:
     def add_source(self, source: QuerySource, *, scope: Scope | None = None) -> QuerySource:
         """Add a read-only query source (until ``scope`` closes, if given)."""
         if scope is not None:
-            return scope.add_source(source)
-        self._install_source(source)
+            scope.hold(f"query source {source.name!r}", lambda: self._install_source(source),
+                       lambda: self._uninstall_source(source), name=f"source {source.name}")
+        else:
+            self._install_source(source)
         return source
 
     def _install_source(self, source: QuerySource) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .._errors import ConfigError
 
@@ -12,15 +12,28 @@ if TYPE_CHECKING:
     from ._binding import Binding
     from ._hooks import Hook
     from ._query import QuerySource
-    from ._registry import Registry
 
-__all__ = ["Scope", "ScopeClosed"]
+__all__ = ["Registrar", "Scope", "ScopeClosed"]
 
 log = logging.getLogger("moonbox.bindings")
 
 
 class ScopeClosed(ConfigError):
     """Something was added to a scope that was already released."""
+
+
+class Registrar(Protocol):
+    """What a scope adds to: a :class:`~moonbox.bindings.Registry`, seen from here.
+
+    Given a scope, each method installs its item through :meth:`Scope.hold`, so that the
+    scope releases it; the scope knows the registry by these three methods only.
+    """
+
+    def register(self, binding: Binding, *, scope: Scope | None = None) -> Binding: ...
+
+    def add_hook(self, hook: Hook, *, scope: Scope | None = None) -> Hook: ...
+
+    def add_source(self, source: QuerySource, *, scope: Scope | None = None) -> QuerySource: ...
 
 
 class Scope:
@@ -32,7 +45,7 @@ class Scope:
     unloads (:meth:`ModApi.close`).
     """
 
-    def __init__(self, registry: Registry, name: str) -> None:
+    def __init__(self, registry: Registrar, name: str) -> None:
         self.registry = registry
         self.name = name
         self._cleanups: list[tuple[str, Callable[[], object]]] = []
@@ -48,26 +61,29 @@ class Scope:
 
     def register(self, binding: Binding) -> Binding:
         """Register ``binding`` in the registry until this scope closes."""
-        self._check(f"binding {binding.name!r}")
-        self.registry._install(binding)
-        self._cleanups.append((f"binding {binding.name}",
-                               lambda: self.registry._uninstall(binding)))
-        return binding
+        return self.registry.register(binding, scope=self)
 
     def add_hook(self, hook: Hook) -> Hook:
         """Add ``hook`` to the registry until this scope closes."""
-        self._check(f"hook {hook.name!r}")
-        self.registry._install_hook(hook)
-        self._cleanups.append((f"hook {hook.name}", lambda: self.registry._uninstall_hook(hook)))
-        return hook
+        return self.registry.add_hook(hook, scope=self)
 
     def add_source(self, source: QuerySource) -> QuerySource:
         """Add a read-only query source until this scope closes."""
-        self._check(f"query source {source.name!r}")
-        self.registry._install_source(source)
-        self._cleanups.append((f"source {source.name}",
-                               lambda: self.registry._uninstall_source(source)))
-        return source
+        return self.registry.add_source(source, scope=self)
+
+    def hold(self, what: str, install: Callable[[], object], release: Callable[[], object],
+             *, name: str | None = None) -> None:
+        """Run ``install`` now, and ``release`` when the scope closes.
+
+        ``what`` names the item in the refusal, ``name`` (``what`` if not given) in the
+        log of a release that fails. If ``install`` raises, nothing is held.
+
+        Raises:
+            ScopeClosed: the scope is closed (``install`` does not run).
+        """
+        self._check(what)
+        install()
+        self._cleanups.append((what if name is None else name, release))
 
     def defer(self, cleanup: Callable[[], object], name: str = "cleanup") -> None:
         """Run ``cleanup`` when the scope closes (in reverse order of addition)."""

@@ -9,17 +9,17 @@ they are.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from ..bindings import Binding, LuaFunction
 from ..sandbox import FunctionHandle, HostCall
+from ._mod import CallbackKind, Mod
 
-if TYPE_CHECKING:
-    from ._game import Game
-
-__all__ = ["ENGINE_BINDINGS", "engine_bindings"]
+__all__ = ["ENGINE_BINDINGS", "EngineServices", "engine_bindings"]
 
 ENGINE_BINDINGS = (
     "after", "cancel", "emit", "engine_call", "engine_ready", "every", "export", "import",
@@ -95,67 +95,101 @@ def _where(handle: FunctionHandle) -> str:
     return where
 
 
-def engine_bindings(game: Game) -> tuple[Binding, ...]:
-    """The engine bindings of ``game`` (group ``engine``).
+@dataclass(frozen=True, slots=True)
+class EngineServices:
+    """What the engine bindings ask of a game, one callable each (a :class:`Game` makes
+    its own). Each validates against the game's limits and raises :class:`BindingError`
+    for the mod to see.
+
+    Attributes:
+        mod_for: the mod a call comes from (a mod of this game, or it raises).
+        add_callback: register a handler (``on``, for an event) or a timer (``after``,
+            ``every``, in ticks) defined at ``where``; returns its id.
+        cancel: drop a handler or timer by id; whether it was registered.
+        ready: take the mod's dispatcher, once.
+        emit: queue an event from the mod (a copy of its data) for the next tick.
+        tick_count: the game's tick number.
+        state_get, state_set: read (a copy) and write (plain data, bounded) the mod's state.
+        export: offer ``("data", value)`` or ``("function", where)`` under a name.
+        import_: another mod's export: ``("data", copy)`` or ``("function", None)``.
+        call_export: call another mod's exported function with one argument, on the
+            caller's time.
+    """
+
+    mod_for: Callable[[HostCall], Mod]
+    add_callback: Callable[[Mod, CallbackKind, str | None, int, str], int]
+    cancel: Callable[[Mod, int], bool]
+    ready: Callable[[Mod, FunctionHandle], None]
+    emit: Callable[[Mod, str, Any], None]
+    tick_count: Callable[[], int]
+    state_get: Callable[[Mod, str], Any]
+    state_set: Callable[[Mod, str, Any], None]
+    export: Callable[[Mod, str, str, Any], None]
+    import_: Callable[[Mod, str, str], tuple[Any, ...]]
+    call_export: Callable[[Mod, str, str, Any, HostCall], Any]
+
+
+def engine_bindings(services: EngineServices) -> tuple[Binding, ...]:
+    """The engine bindings over a game's services (group ``engine``).
 
     Risks: ``emit``, ``state_set`` and ``export`` are ``write`` (they reach other mods or
     keep data); the rest are ``read``.
     """
 
     def mod(call: HostCall) -> Any:
-        return game._mod_for(call)
+        return services.mod_for(call)
 
     def on(call: HostCall, args: OnArgs) -> int:
         """Call fn(data, event, from) for each event of that name (fn(tick) for "tick"); returns an id."""
-        return game._add_callback(mod(call), "on", args.event, 0, _where(args.fn))
+        return services.add_callback(mod(call), "on", args.event, 0, _where(args.fn))
 
     def after(call: HostCall, args: TimerArgs) -> int:
         """Call fn(tick) once, ticks from now; returns an id for cancel."""
-        return game._add_callback(mod(call), "after", None, args.ticks, _where(args.fn))
+        return services.add_callback(mod(call), "after", None, args.ticks, _where(args.fn))
 
     def every(call: HostCall, args: TimerArgs) -> int:
         """Call fn(tick) every ticks ticks; returns an id for cancel."""
-        return game._add_callback(mod(call), "every", None, args.ticks, _where(args.fn))
+        return services.add_callback(mod(call), "every", None, args.ticks, _where(args.fn))
 
     def cancel(call: HostCall, args: CancelArgs) -> bool:
         """Stop a handler or timer by id; true if it was registered."""
-        return game._cancel(mod(call), args.id)
+        return services.cancel(mod(call), args.id)
 
     def ready(call: HostCall, args: ReadyArgs) -> None:
         """(engine library) Hand the dispatcher to the host."""
-        game._ready(mod(call), args.fn)
+        services.ready(mod(call), args.fn)
 
     def emit(call: HostCall, args: EmitArgs) -> None:
         """Send an event (name, data) to the other mods and the game, from the next tick."""
-        game._emit_from(mod(call), args.event, args.data)
+        services.emit(mod(call), args.event, args.data)
 
     def now(call: HostCall, args: NoArgs) -> int:
         """The game's tick number (mods have no wall clock)."""
-        return game.tick_count
+        return services.tick_count()
 
     def state_get(call: HostCall, args: KeyArgs) -> Any:
         """A copy of the value stored under key, or nil."""
-        return game._state_get(mod(call), args.key)
+        return services.state_get(mod(call), args.key)
 
     def state_set(call: HostCall, args: StateSetArgs) -> None:
         """Store a copy of plain data under key (nil deletes); bounded per mod."""
-        game._state_set(mod(call), args.key, args.value)
+        services.state_set(mod(call), args.key, args.value)
 
     def export(call: HostCall, args: ExportArgs) -> None:
         """Offer data (by copy) or a function to other mods under a name."""
         value = args.value
         if isinstance(value, FunctionHandle):
-            game._export(mod(call), args.name, "function", _where(value))
+            services.export(mod(call), args.name, "function", _where(value))
         else:
-            game._export(mod(call), args.name, "data", value)
+            services.export(mod(call), args.name, "data", value)
 
     def import_(call: HostCall, args: ImportArgs) -> tuple[Any, ...]:
         """(engine library) Another mod's export: ("data", copy) or ("function", nil)."""
-        return game._import(mod(call), args.mod, args.name)
+        return services.import_(mod(call), args.mod, args.name)
 
     def engine_call(call: HostCall, args: CallArgs) -> Any:
         """(engine library) Call another mod's exported function with one argument."""
-        return game._call_export(mod(call), args.mod, args.name, args.arg, call)
+        return services.call_export(mod(call), args.mod, args.name, args.arg, call)
 
     def make(name: str, model: type[BaseModel], fn: Any, risk: str = "read",
              cost: int = 1) -> Binding:

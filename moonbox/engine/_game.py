@@ -27,7 +27,7 @@ from ..isolation import (
 )
 from ..sandbox import Budget, FunctionHandle, HostCall, Outcome, Sandbox
 from ..world import CommandResult, World, world_bindings
-from ._bindings import engine_bindings
+from ._bindings import EngineServices, engine_bindings
 from ._errors import EngineError
 from ._limits import ModLimits
 from ._mod import Callback, CallbackKind, Event, Failure, Mod, Quarantine, Task
@@ -248,7 +248,12 @@ class Game:
         self.permissions = permissions or Permissions()
         self.jit = jit
         self._scope = self.registry.scope("game")
-        for binding in (*world_bindings(lambda: self.world), *engine_bindings(self)):
+        services = EngineServices(
+            mod_for=self._mod_for, add_callback=self._add_callback, cancel=self._cancel,
+            ready=self._ready, emit=self._emit_from, tick_count=lambda: self.tick_count,
+            state_get=self._state_get, state_set=self._state_set, export=self._export,
+            import_=self._import, call_export=self._call_export)
+        for binding in (*world_bindings(lambda: self.world), *engine_bindings(services)):
             self._scope.register(binding)
         self._mods: dict[str, Mod] = {}
         self._order: dict[str, int] = {}

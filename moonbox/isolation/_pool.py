@@ -65,7 +65,15 @@ class WorkerPool:
         return IsolatedSandbox(budget, host_functions=host_functions, pool=self, mod_id=mod_id,
                                **options)
 
-    def _pin(self, mod_id: str) -> WorkerProcess:
+    def pin(self, mod_id: str) -> WorkerProcess:
+        """Pin ``mod_id`` to a worker and return it: the first worker to start, then the
+        one with the fewest mods. What a sandbox of the pool asks for when it is made (use
+        :meth:`sandbox`).
+
+        Raises:
+            ConfigError: ``mod_id`` is pinned already.
+            SandboxClosed: the pool is closed.
+        """
         with self._lock:
             if self._closed:
                 raise SandboxClosed("the worker pool is closed")
@@ -81,7 +89,8 @@ class WorkerPool:
             self._pins[mod_id] = worker
             return worker
 
-    def _unpin(self, mod_id: str) -> None:
+    def unpin(self, mod_id: str) -> None:
+        """Let ``mod_id`` go from its worker (a sandbox of the pool closing). Idempotent."""
         with self._lock:
             worker = self._pins.pop(mod_id, None)
             if worker is not None and mod_id in worker.mods:

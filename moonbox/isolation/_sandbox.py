@@ -10,7 +10,7 @@ import secrets
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from .._errors import (
     BindingError,
@@ -41,15 +41,13 @@ from ..sandbox._sandbox import (  # the same caps as in process
 from ._process import WorkerCrashed, WorkerLost, WorkerProcess, WorkerStats
 from ._protocol import FunctionRef, decode_error
 
-if TYPE_CHECKING:
-    from ._pool import WorkerPool
-
 __all__ = [
     "DEFAULT_MEMORY_LIMIT_BYTES",
     "DEFAULT_WALL_MARGIN_S",
     "IsolatedChunk",
     "IsolatedRun",
     "IsolatedSandbox",
+    "Pool",
     "RemoteFunction",
     "Respawn",
 ]
@@ -70,6 +68,20 @@ Respawn = Literal["now", "next_call"]
 """When a fresh worker takes over from a lost one: at once, in the call that lost it
 (``now``), or on the mod's next call (``next_call``: the engine's choice, so that the
 restart is never charged to a call that only waited on the lost one)."""
+
+
+class Pool(Protocol):
+    """What a sandbox asks of the pool it runs in (a :class:`WorkerPool`): a worker for its
+    mod when it is made, the mod unpinned when it closes, and whether the pool is closed
+    (its sandboxes refuse every call then)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def pin(self, mod_id: str) -> WorkerProcess: ...
+
+    def unpin(self, mod_id: str) -> None: ...
+
 
 _FINISHED = frozenset({"done", "error", "budget"})
 _OK_STATUSES = frozenset({"done", "yielded", "preempted"})
@@ -253,7 +265,7 @@ class IsolatedRun(_Reports):
         # the resume (1.4k instructions of a resume's 33k), the refusal itself in _refuse.
         if (self.status in _FINISHED or sb._closed or worker._closed or sb._made != self._made
                 or sb._generation != worker.generation or worker._down
-                or (sb._pool is not None and sb._pool._closed)):
+                or (sb._pool is not None and sb._pool.closed)):
             self._refuse()
         first = len(self.reports)
         frame = ["resume", sb._id, self._id, args,
@@ -366,7 +378,7 @@ class IsolatedSandbox:
         memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES,
         wall_margin_s: float = DEFAULT_WALL_MARGIN_S,
         state_global: str | None = "state",
-        pool: WorkerPool | None = None,
+        pool: Pool | None = None,
         mod_id: str | None = None,
         respawn: Respawn = "now",
         _test_hooks: bool = False,
@@ -427,7 +439,7 @@ class IsolatedSandbox:
         self._made = 0  # incarnations of the mod's runtime: its runs and functions name one
         self._remake = False  # the worker replaced the runtime: make the mod again
         if pool is not None:
-            self._worker = pool._pin(self.mod_id)
+            self._worker = pool.pin(self.mod_id)
         else:
             self._worker = WorkerProcess(memory_limit_bytes=memory_limit_bytes,
                                          test_hooks=_test_hooks)
@@ -536,7 +548,7 @@ class IsolatedSandbox:
     def _check_open(self) -> None:
         if self._closed:
             raise SandboxClosed("the sandbox is closed")
-        if self._pool is not None and self._pool._closed:
+        if self._pool is not None and self._pool.closed:
             raise SandboxClosed(f"{self.mod_id}: the worker pool is closed")
         if self._worker._closed:
             raise SandboxClosed(f"{self.mod_id}: the worker is closed")
@@ -583,7 +595,7 @@ class IsolatedSandbox:
         if worker is None:
             return
         if self._pool is not None:
-            self._pool._unpin(self.mod_id)
+            self._pool.unpin(self.mod_id)
             if worker.alive and self._generation == worker.generation:
                 try:
                     with worker.lock:
