@@ -50,6 +50,8 @@ WORKER_STATS_INTERVAL_S = 1.0
 # The most wall time a caller's resume may have excluded for building a mod again in a
 # fresh worker before calling it (starting a worker takes ~0.4 s).
 REBUILD_EXCLUDE_S = 30.0
+# A failed callback's message, at most (the engine's Lua side cuts it at the same length).
+MAX_MESSAGE_CHARS = 4096
 
 RUNTIME_CHUNK = "@moonbox/engine/mod_runtime.lua"
 _RUNTIME = resources.files("moonbox.engine").joinpath("mod_runtime.lua").read_text("utf-8")
@@ -97,7 +99,11 @@ class TickReport:
 
 
 def _error_from_message(message: Any, chunk: str) -> ScriptError:
-    text = message if isinstance(message, str) else str(message)
+    # The engine's Lua side sends a bounded string; anything else is shown, never copied.
+    if isinstance(message, str):
+        text = message if len(message) <= MAX_MESSAGE_CHARS else message[:MAX_MESSAGE_CHARS] + "..."
+    else:
+        text = f"(error object is a {type(message).__name__} value)"
     m = _POSITION.match(text)
     if m and not m.group(1).startswith("["):
         where = m.group(1)
@@ -260,6 +266,9 @@ class Game:
         self._subscribers: dict[str, list[Mod]] = {}
         self._outbox: list[Event] = []
         self._chain: list[str] = []
+        # (exporter, caller) of each export call in progress, innermost last: what fails in
+        # the exporter's run counts toward the caller's quarantine.
+        self._exporting: list[tuple[Mod, Mod]] = []
         self._rebuilding: set[str] = set()  # mods being built again in a fresh worker
         self._tick = 0
         self._report = TickReport(0)
@@ -860,21 +869,30 @@ class Game:
             self._report.reports.extend((mod.id, line) for line in outcome.reports)
 
     def _fail(self, mod: Mod, label: str, where: str, error: ScriptError) -> None:
-        failure = Failure(mod.id, label, where, error, self._tick)
+        # A failure in an export call happened in the exporter's runtime (its stats say so)
+        # but counts toward the caller's quarantine: the caller chose the arguments and the
+        # call, and must not be able to shut another mod down (docs/engine.md).
+        blamed = mod
+        caller = None
+        if self._exporting and self._exporting[-1][0] is mod:
+            blamed = self._exporting[-1][1]
+            caller = blamed.id
+        failure = Failure(mod.id, label, where, error, self._tick, caller)
         self._report.failures.append(failure)
         limits = self.limits
         if error.kind == "budget":
             mod.stats.trips += 1
-            mod.trips_in_a_row += 1
-            if mod.trips_in_a_row >= limits.max_trips and mod.quarantine is None:
-                self._quarantine(mod, "trips", f"tripped its budget {mod.trips_in_a_row} "
-                                 f"times in a row; last: {failure}", failure)
+            blamed.trips_in_a_row += 1
+            if blamed.trips_in_a_row >= limits.max_trips and blamed.quarantine is None:
+                self._quarantine(blamed, "trips", f"tripped its budget "
+                                 f"{blamed.trips_in_a_row} times in a row; last: {failure}",
+                                 failure)
         else:
             mod.stats.errors += 1
-            mod.failures_in_a_row += 1
-            if mod.failures_in_a_row >= limits.max_failures and mod.quarantine is None:
-                self._quarantine(mod, "failures", f"failed {mod.failures_in_a_row} times in "
-                                 f"a row; last: {failure}", failure)
+            blamed.failures_in_a_row += 1
+            if blamed.failures_in_a_row >= limits.max_failures and blamed.quarantine is None:
+                self._quarantine(blamed, "failures", f"failed {blamed.failures_in_a_row} "
+                                 f"times in a row; last: {failure}", failure)
 
     def _quarantine(self, mod: Mod, kind: Any, reason: str, failure: Failure | None) -> None:
         if mod.quarantine is not None and kind != "runtime":
@@ -1169,7 +1187,11 @@ class Game:
         budget = target.budget
         if left < budget.wall_s:
             budget = budget.model_copy(update={"wall_s": left})
-        values = self._resume(target, f"export {name!r}", where, budget, name, arg)
+        self._exporting.append((target, caller))
+        try:
+            values = self._resume(target, f"export {name!r}", where, budget, name, arg)
+        finally:
+            self._exporting.pop()
         if values is None or values[0] != _DONE:
             failure = self._report.failures[-1] if self._report.failures else None
             why = f": {failure.error.message}" if failure and failure.mod == mod_id else ""

@@ -84,6 +84,9 @@ class Failure:
         error: the script error, with the line that failed and its kind (``runtime`` or
             ``budget``).
         tick: the tick it happened on.
+        caller: for a failed export call, the mod that called it: the failure counts
+            toward the caller's quarantine, never the exporter's (a caller's arguments
+            must not shut another mod down). ``None`` otherwise.
     """
 
     mod: str
@@ -91,14 +94,16 @@ class Failure:
     where: str
     error: ScriptError
     tick: int
+    caller: str | None = None
 
     @property
     def trip(self) -> bool:
         return self.error.kind == "budget"
 
     def __str__(self) -> str:
-        return (f"mod {self.mod!r}, {self.handler} defined at {self.where}: {self.error} "
-                f"(tick {self.tick})")
+        called = f" (called by mod {self.caller!r})" if self.caller is not None else ""
+        return (f"mod {self.mod!r}, {self.handler}{called} defined at {self.where}: "
+                f"{self.error} (tick {self.tick})")
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ local seed = ...
 local env = _G
 local type, error, pcall, floor = type, error, pcall, math.floor
 local min, max, huge = math.min, math.max, math.huge
-local s_match = string.match
+local s_match, s_sub, tostring = string.match, string.sub, tostring
 local co_create, co_resume, co_yield = coroutine.create, coroutine.resume, coroutine.yield
 
 if type(seed) == "number" then math.randomseed(seed) end
@@ -52,6 +52,20 @@ local function strip(message)
     return s_match(message, "^[^\n]-:%d+: (.*)$") or message
   end
   return message
+end
+
+-- What a failed callback hands the host: a bounded string, never the error value itself
+-- (a mod can raise a table of any size; the host must not copy or print it).
+local MAX_MESSAGE = 4096
+local function message_of(err)
+  local te = type(err)
+  if te == "string" then
+    if #err > MAX_MESSAGE then return s_sub(err, 1, MAX_MESSAGE) .. "..." end
+    return err
+  elseif te == "number" or te == "boolean" or te == "nil" then
+    return tostring(err)
+  end
+  return "(error object is a " .. te .. " value)"
 end
 
 local function call_raw(name, ...)
@@ -174,7 +188,7 @@ local function worker(fn, a, b, c)
 end
 
 local function settle(co, ok, x, y)
-  if not ok then return 2, x end
+  if not ok then return 2, message_of(x) end
   if x == DONE then
     idle = co
     return 0, y
