@@ -6,6 +6,7 @@ codes); see README.md.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import sys
@@ -75,16 +76,23 @@ def _jsonable(value: Any) -> Any:
               help="Start from this world snapshot instead of an empty scratch world.")
 @click.option("--save-world", "save_file", type=click.Path(path_type=Path, dir_okay=False),
               help="Write the resulting world snapshot (msgpack) to this file.")
+@click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=None,
+              help="Replay: seeded math.random per file and a fixed pairs order; the JSON "
+                   "then holds only figures that replay (steps, not time or memory).")
 @click.option("--isolate", is_flag=True,
               help="Run each file in a worker process with an OS memory limit and a kill "
                    "on wall overrun; bindings still run here.")
 def run(files: tuple[Path, ...], steps: int, memory: int, time_s: float, heap: int,
         no_jit: bool, as_json: bool, world_file: Path | None, save_file: Path | None,
-        isolate: bool) -> None:
+        isolate: bool, seed: int | None) -> None:
     """Run each FILE as its own mod, in order, in one host process.
 
     Scripts get the coreai_world_* bindings over one world; each file's commands are
     applied after its run, so later files see them.
+
+    With --seed N, each file's math.random is seeded from N and the file's path (a file
+    that reseeds its own generator changes nothing another file draws) and pairs visits
+    keys in a fixed order, so two runs of the same files print the same JSON.
 
     With --isolate, a worker that crashes, overruns its wall budget or passes its memory
     limit is killed and the file ends as an error (kind ``crashed``) or a budget trip.
@@ -103,7 +111,7 @@ def run(files: tuple[Path, ...], steps: int, memory: int, time_s: float, heap: i
     try:
         for path in files:
             code = _run_file(path, budget, not no_jit, as_json, console, world, registry,
-                             isolate)
+                             isolate, seed)
             worst = _combine(worst, code)
     finally:
         registry.close()
@@ -117,9 +125,19 @@ def _combine(worst: int, code: int) -> int:
     return code if rank[code] > rank[worst] else worst
 
 
+def file_seed(seed: int, path: Path) -> int:
+    """The seed of one file's runtime: from the run's seed and the file's path as given."""
+    digest = hashlib.blake2b(f"{seed}\0{path.as_posix()}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % 2**31
+
+
 def _run_file(path: Path, budget: Budget, jit: bool, as_json: bool, console: Console,
-              world: World, registry: Registry, isolate: bool = False) -> int:
+              world: World, registry: Registry, isolate: bool = False,
+              seed: int | None = None) -> int:
     chunk = "@" + path.as_posix()
+    replay: dict[str, Any] = {}
+    if seed is not None:
+        replay = {"seed": file_seed(seed, path), "deterministic": True}
     try:
         source = path.read_bytes()
     except OSError as exc:
@@ -131,10 +149,11 @@ def _run_file(path: Path, budget: Budget, jit: bool, as_json: bool, console: Con
                 from ..isolation import IsolatedSandbox
 
                 with IsolatedSandbox(budget, jit=jit, host_functions=api.host_functions,
-                                     state_global=None, mod_id=mod_id) as isolated:
+                                     state_global=None, mod_id=mod_id,
+                                     **replay) as isolated:
                     outcome = isolated.run(source, chunk)
             else:
-                with api.sandbox(budget, jit=jit) as sb:
+                with api.sandbox(budget, jit=jit, **replay) as sb:
                     outcome = sb.run(source, chunk)
     except MoonboxError as exc:
         world.rollback(mod_id)
@@ -143,6 +162,8 @@ def _run_file(path: Path, budget: Budget, jit: bool, as_json: bool, console: Con
     results, events = apply_file_commands(world, mod_id)
     if as_json:
         record = _json_record(path, outcome)
+        if seed is not None:  # only what replays: time and memory differ from run to run
+            record["stats"] = {"steps": outcome.stats.steps}
         record["commands"] = [r.to_dict() for r in results]
         record["events"] = _jsonable(events)
         print(json.dumps(record, ensure_ascii=False), flush=True)
