@@ -43,8 +43,20 @@ __all__ = [
 
 log = logging.getLogger("moonbox.sandbox")
 
-_PRELUDE = resources.files("moonbox.sandbox").joinpath("prelude.lua").read_bytes()
 _PRELUDE_NAME = b"=[moonbox prelude]"
+# The prelude's files, in the order they are joined into its one chunk: each sees the
+# locals of those before it (prelude.lua says why they share locals, not a table).
+_PRELUDE_PARTS = (
+    "prelude.lua",  # the head: its arguments, the globals it captures, the host's handle
+    "meter.lua",  # the clock, the meter and the count hook of jit=False
+    "environment.lua",  # a mod's environment, built from the allowlist
+    "protected.lua",  # pcall, xpcall and the coroutine functions: a trip is re-raised
+    "guards.lua",  # library functions charged for their work, ids in place of addresses
+    "replay.lua",  # the seeded math.random and the ordered pairs
+    "values.lua",  # the check of values that cross to Python
+    "dispatch.lua",  # the host functions' closures and the checks of their arguments
+    "runs.lua",  # loading and resuming; last: it seals the globals and returns the handle
+)
 # Runs the prelude: compiled once per process to bytecode (the host's own, never a mod's),
 # so a new sandbox loads it in ~20 µs instead of parsing it again in ~500 µs.
 _LOADER = b"""
@@ -56,10 +68,12 @@ return f(config, dispatch, patterns)
 def _prelude_bytecode() -> tuple[bytes, bytes]:
     """The prelude and the metered pattern functions, compiled once per process. Both carry
     the prelude's chunk name: the count hook of jit=False treats them as host code."""
+    files = resources.files("moonbox.sandbox")
+    prelude = b"".join(files.joinpath(part).read_bytes() for part in _PRELUDE_PARTS)
+    patterns = files.joinpath("patterns.lua").read_bytes()
     rt = lua.LuaRuntime(register_eval=False, register_builtins=False, encoding=None)
     dump = rt.eval("function(src, name) return string.dump(assert(load(src, name, 't'))) end")
-    patterns = resources.files("moonbox.sandbox").joinpath("patterns.lua").read_bytes()
-    return bytes(dump(_PRELUDE, _PRELUDE_NAME)), bytes(dump(patterns, _PRELUDE_NAME))
+    return bytes(dump(prelude, _PRELUDE_NAME)), bytes(dump(patterns, _PRELUDE_NAME))
 
 
 # The allowlist as the prelude reads it: "name ... lib:field,field ...".
