@@ -8,7 +8,7 @@
 -- the environment a mod gets is a fresh table, and the library tables in it are copies.
 --
 -- This file is the prelude's head. Its parts follow it, one file per job, in the order of
--- _PRELUDE_PARTS in _sandbox.py, and the host joins them into this one chunk before it
+-- PRELUDE_PARTS in _runtime.py, and the host joins them into this one chunk before it
 -- compiles it: each part sees the locals of the parts before it, so the state they share
 -- (the meter's above all) stays in locals and upvalues, as fast as the JIT makes them, and
 -- never in a table. Line numbers in the prelude's messages count through the joined parts.

@@ -129,7 +129,7 @@ local function check_values(...)
 end
 
 -- What a resume ended in, as the first value host.resume returns: small numbers, which
--- cross to Python without an allocation (the host's _sandbox.py has the same table).
+-- cross to Python without an allocation (the host's _outcome.py has the same table).
 local YIELDED, DONE, PREEMPTED, BUDGET, FAILED, BAD_VALUE, CLOSED = 1, 2, 3, 4, 5, 6, 7
 
 -- The bookkeeping around a resume lives in begin and settle, small functions that take no
