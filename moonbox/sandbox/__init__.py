@@ -1,19 +1,12 @@
 """The hardened LuaJIT runtime: the only part of moonbox that imports lupa."""
 
 from ._budget import Budget, parse_size
+from ._dispatch import FunctionHandle, HostCall, HostFunction
 from ._environment import ALLOWED_GLOBALS, ALLOWED_LIBRARIES, DENIED
 from ._marshal import ValueLimits
-from ._sandbox import (
-    Chunk,
-    FunctionHandle,
-    HostCall,
-    HostFunction,
-    Outcome,
-    Run,
-    Sandbox,
-    Stats,
-    Status,
-)
+from ._outcome import Outcome, Stats, Status
+from ._run import Chunk, Run
+from ._sandbox import Sandbox
 from ._tokenizer import KEYWORDS as LUA_KEYWORDS
 
 __all__ = [
