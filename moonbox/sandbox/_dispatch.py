@@ -11,18 +11,15 @@ import logging
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from .._errors import BindingError
 from ._lua import lua
 from ._marshal import to_python
+from ._protocols import RunState, SandboxState
 from ._runtime import MAX_MESSAGE_BYTES
 from ._script_errors import short_chunk
 from ._values import MAX_EXACT_INT, MIN_EXACT_INT, SCALARS, from_pairs, lua_results, lua_text
-
-if TYPE_CHECKING:
-    from ._run import Run
-    from ._sandbox import Sandbox
 
 __all__ = ["FunctionHandle", "HostCall", "HostFunction"]
 
@@ -46,7 +43,7 @@ class HostCall:
 
     __slots__ = ("sandbox", "run", "name", "mod")
 
-    def __init__(self, sandbox: Sandbox, run: Run | None, name: str, mod: Any = None) -> None:
+    def __init__(self, sandbox: SandboxState, run: RunState | None, name: str, mod: Any = None) -> None:
         self.sandbox = sandbox
         self.run = run
         self.name = name
@@ -132,7 +129,7 @@ class FunctionHandle:
 
     __slots__ = ("sandbox", "chunk", "line", "_key", "_generation", "__weakref__")
 
-    def __init__(self, sandbox: Sandbox, chunk: str, line: int, key: int, generation: int) -> None:
+    def __init__(self, sandbox: SandboxState, chunk: str, line: int, key: int, generation: int) -> None:
         self.sandbox = sandbox
         self.chunk = chunk
         self.line = line
@@ -171,7 +168,7 @@ class FunctionHandle:
         return f"<FunctionHandle {self.where}{'' if self.valid else ' (invalid)'}>"
 
 
-def dispatch(sb: Sandbox, index: int, *args: Any) -> Any:
+def dispatch(sb: SandboxState, index: int, *args: Any) -> Any:
     """Serves the call of host function ``index`` from Lua (bound to its sandbox, the
     one Python object the runtime holds)."""
     # The answer: the results themselves (one value as it is, several or none as a
@@ -232,7 +229,7 @@ def dispatch(sb: Sandbox, index: int, *args: Any) -> Any:
             sb._h_expire()
 
 
-def plain_arguments(sb: Sandbox, args: tuple[Any, ...], hf: HostFunction) -> tuple[Any, ...]:
+def plain_arguments(sb: SandboxState, args: tuple[Any, ...], hf: HostFunction) -> tuple[Any, ...]:
     """The arguments of a call to ``hf`` as plain data (see :func:`argument`)."""
     plain = []
     for index, value in enumerate(args, 1):
@@ -246,7 +243,7 @@ def plain_arguments(sb: Sandbox, args: tuple[Any, ...], hf: HostFunction) -> tup
     return tuple(plain)
 
 
-def argument(sb: Sandbox, value: Any, index: int, hf: HostFunction) -> Any:
+def argument(sb: SandboxState, value: Any, index: int, hf: HostFunction) -> Any:
     """Argument ``index``, a Lua object, as plain data or a :class:`FunctionHandle`.
 
     Raises:

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from .._errors import HostError, SandboxClosed, ScriptError
 from ._budget import Budget
 from ._lua import lua
 from ._marshal import to_lua
 from ._outcome import FINISHED, YIELDED, Outcome, Stats, Status
+from ._protocols import SandboxState
 from ._script_errors import ended_outcome
 from ._values import MAX_EXACT_INT, MIN_EXACT_INT, all_scalar, resume_values
-
-if TYPE_CHECKING:
-    from ._sandbox import Sandbox
 
 __all__ = ["Chunk", "Run"]
 
@@ -49,7 +47,7 @@ class Run:
         "_report_chars", "_steps", "_peak", "_wall_s", "resumes", "_denials", "_open",
     )
 
-    def __init__(self, sandbox: Sandbox, chunk: Chunk, run_id: int) -> None:
+    def __init__(self, sandbox: SandboxState, chunk: Chunk, run_id: int) -> None:
         self.sandbox = sandbox
         self.chunk = chunk
         self._id = run_id

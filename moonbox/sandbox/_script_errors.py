@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._errors import BudgetExceeded, Frame, SandboxClosed, ScriptError
 from ._outcome import BAD_VALUE, BUDGET, DONE, PREEMPTED, YIELDED, Outcome, Stats
+from ._protocols import RunState, SandboxState
 from ._values import lua_text, resume_values
-
-if TYPE_CHECKING:
-    from ._run import Run
-    from ._sandbox import Sandbox
 
 log = logging.getLogger("moonbox.sandbox")
 
@@ -32,7 +29,7 @@ def short_chunk(chunk: str) -> str:
 
 
 def ended_outcome(
-    sb: Sandbox, run: Run, res: Any, first_report: int, wall: float, memory_limit: int
+    sb: SandboxState, run: RunState, res: Any, first_report: int, wall: float, memory_limit: int
 ) -> Outcome:
     """The outcome of a resume other than a plain yield (see :meth:`Run.resume`).
 
@@ -88,7 +85,7 @@ def budget_error(info: Any, frames: tuple[Frame, ...], chunk_name: str) -> Budge
                           line=line, traceback=frames)
 
 
-def after_memory_trip(sb: Sandbox, run: Run) -> None:
+def after_memory_trip(sb: SandboxState, run: RunState) -> None:
     """Ends ``run`` after an out-of-memory trip and frees the heap; a heap the mod still
     keeps full replaces the runtime."""
     sb._loosen()

@@ -4,13 +4,11 @@ host's headroom. The general copies and their limits are in :mod:`._marshal`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._marshal import to_lua, to_python
+from ._protocols import SandboxState
 from ._runtime import HOST_CALL_MARGIN_BYTES, HOST_HEADROOM_BYTES
-
-if TYPE_CHECKING:
-    from ._sandbox import Sandbox
 
 SCALARS = frozenset({bool, int, float})
 MAX_EXACT_INT = 1 << 53  # past this an int crosses as a float (to_lua)
@@ -66,7 +64,7 @@ def resume_values(res: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple([v if v is None or type(v) in SCALARS else to_python(v) for v in res[3:]])
 
 
-def lua_results(sb: Sandbox, result: tuple[Any, ...]) -> tuple[Any, ...]:
+def lua_results(sb: SandboxState, result: tuple[Any, ...]) -> tuple[Any, ...]:
     """A host function's results as Lua values, or the sandbox's out-of-memory answer
     when their strings would not fit under the limit in force."""
     out: list[Any] = []
@@ -98,7 +96,7 @@ def lua_results(sb: Sandbox, result: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def build_table(sb: Sandbox, value: Any) -> Any:
+def build_table(sb: SandboxState, value: Any) -> Any:
     """``value`` (plain data) as a Lua table of the sandbox's runtime, built in a run."""
     # Building tables allocates through lupa's unprotected API: the host's work gets the
     # headroom above the resume's limit (the prelude already refused a call made within
