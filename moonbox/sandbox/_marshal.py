@@ -1,8 +1,10 @@
 """Values crossing between Lua and Python: plain data only, with limits.
 
 Lua → Python: the prelude checks the value tree first with raw access (types, cycles,
-depth, item count, string bytes), then :func:`to_python` copies it with lupa's raw
-iteration. No metamethod of the mod runs on the host side.
+depth, item count, string bytes), then :func:`to_python` copies it, each table through the
+prelude's ``pairs_of`` (a walk by slot index, linear whatever the keys; the host's own
+``lua_next`` traversal is quadratic on number keys that share a hash chain). No metamethod
+of the mod runs on the host side.
 
 Python → Lua: :func:`to_lua` builds fresh Lua tables from plain Python data; no Python
 object ever reaches Lua.
@@ -11,6 +13,7 @@ object ever reaches Lua.
 from __future__ import annotations
 
 import math
+from itertools import islice
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -50,12 +53,13 @@ def _decode(b: bytes) -> str:
     return b.decode("utf-8", "replace")
 
 
-def to_python(value: Any, depth: int = 0) -> Any:
+def to_python(value: Any, pairs_of: Any, depth: int = 0) -> Any:
     """Copy a checked Lua value into plain Python data.
 
-    Tables whose keys are exactly ``1..n`` become lists, other tables dicts. Strings are
-    decoded as UTF-8 (invalid bytes become U+FFFD). Functions, coroutines and userdata
-    (only reachable in lenient checks) become ``"<function>"``-style placeholders.
+    ``pairs_of`` is the prelude's ``host.pairs_of`` of the value's runtime. Tables whose
+    keys are exactly ``1..n`` become lists, other tables dicts. Strings are decoded as
+    UTF-8 (invalid bytes become U+FFFD). Functions, coroutines and userdata (only reachable
+    in lenient checks) become ``"<function>"``-style placeholders.
     """
     if value is None or isinstance(value, (bool, int, float)):
         return value
@@ -66,19 +70,22 @@ def to_python(value: Any, depth: int = 0) -> Any:
         return f"<{kind}>"
     if depth > 200:  # the prelude's check bounds depth far below this
         raise HostError("value nested too deeply")
-    items = list(value.items())
+    flat, m = pairs_of(value)
+    # A fresh array of the pairs: lua_next walks its array part by index, linearly.
+    pairs = list(islice(flat.values(), m))
+    items = list(zip(pairs[::2], pairs[1::2], strict=True))
     n = len(items)
     if n and all(type(k) is int and 1 <= k <= n for k, _ in items):
         # Keys are exactly 1..n (n distinct ints in that range), in whatever order lua_next
         # gave them.
         listed: list[Any] = [None] * n
         for k, v in items:
-            listed[k - 1] = to_python(v, depth + 1)
+            listed[k - 1] = to_python(v, pairs_of, depth + 1)
         return listed
     out: dict[Any, Any] = {}
     for k, v in items:
         key = _decode(k) if isinstance(k, bytes) else k
-        out[key] = to_python(v, depth + 1)
+        out[key] = to_python(v, pairs_of, depth + 1)
     return out
 
 

@@ -239,7 +239,7 @@ class Run:
                 values = res[3:]  # numbers, booleans, nils: nothing to copy
             else:
                 sb._loosen()  # copying tables out takes references in Lua
-                values = resume_values(res)
+                values = resume_values(sb, res)
             reports = self.reports
             new = tuple(reports[first:]) if len(reports) > first else ()
             # tuple.__new__ skips the NamedTuple constructors.

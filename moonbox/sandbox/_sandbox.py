@@ -70,7 +70,7 @@ class Sandbox:
         "_alloc_bytes", "_call", "_cell_name", "_clock", "_closed", "_current_limit",
         "_deadline", "_dropped", "_entries", "_env", "_excluded_s", "_excluded_start",
         "_failed", "_fixed_limit", "_generation", "_h_check_argument", "_h_close", "_h_compile",
-        "_h_drop_kept", "_h_expire", "_h_extend", "_h_flat_argument", "_h_keep_function",
+        "_h_drop_kept", "_h_expire", "_h_extend", "_h_flat_argument", "_h_keep_function", "_h_pairs_of",
         "_h_kept_count", "_h_resume", "_h_set_budget", "_h_start", "_h_start_kept",
         "_host_functions", "_limit", "_loose_limit", "_lua_budget", "_max_memory",
         "_not_enough_memory", "_rt", "_running", "_runs", "_slow_name", "_start",
@@ -158,6 +158,7 @@ class Sandbox:
         self._h_extend = host[b"extend"]
         self._h_check_argument = host[b"check_argument"]
         self._h_flat_argument = host[b"flat_argument"]
+        self._h_pairs_of = host[b"pairs_of"]
         self._lua_budget: Budget | None = None
         self._fixed_limit: int | None = None
         self._loose_limit = self.budget.max_memory + HOST_HEADROOM_BYTES

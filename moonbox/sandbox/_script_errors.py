@@ -48,7 +48,7 @@ def ended_outcome(
     status = res[0]
     stats = Stats(int(res[1]), int(res[2]), wall)
     if status == YIELDED or status == DONE:
-        values = () if len(res) == 3 else resume_values(res)
+        values = () if len(res) == 3 else resume_values(sb, res)
         return Outcome("done" if status == DONE else "yielded", values, None, reports, stats)
     if status == PREEMPTED:
         return Outcome("preempted", (), None, reports, stats)

@@ -58,10 +58,12 @@ def from_pairs(flat: Any) -> Any:
     return out
 
 
-def resume_values(res: tuple[Any, ...]) -> tuple[Any, ...]:
+def resume_values(sb: SandboxState, res: tuple[Any, ...]) -> tuple[Any, ...]:
     """The values of a resume's answer (from its 4th on, checked in Lua already): scalars
     as they are, the rest copied."""
-    return tuple([v if v is None or type(v) in SCALARS else to_python(v) for v in res[3:]])
+    pairs_of = sb._h_pairs_of
+    return tuple([v if v is None or type(v) in SCALARS else to_python(v, pairs_of)
+                  for v in res[3:]])
 
 
 def lua_results(sb: SandboxState, result: tuple[Any, ...]) -> tuple[Any, ...]:

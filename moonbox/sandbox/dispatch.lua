@@ -95,8 +95,7 @@ local FLAT_MAX = 16
 local flat = {}
 local function flat_pairs(t)
   local n, bytes = 0, 0
-  local k, v = next(t)
-  while k ~= nil do
+  for k, v in next, t do  -- by slot index: linear whatever the keys (values.lua)
     n = n + 1
     if n > FLAT_MAX or n > VALUE_MAX_ITEMS then return nil end
     local tk, tv = type(k), type(v)
@@ -111,7 +110,6 @@ local function flat_pairs(t)
       return nil
     end
     flat[2 * n - 1], flat[2 * n] = k, v
-    k, v = next(t, k)
   end
   if bytes > VALUE_MAX_BYTES then return nil end
   return n

@@ -11,6 +11,11 @@ local VALUE_MAX_DEPTH = config.value_max_depth
 local VALUE_MAX_ITEMS = config.value_max_items
 local VALUE_MAX_BYTES = config.value_max_bytes
 
+-- Every walk of a mod's table here is `for k, v in next, t`, which LuaJIT runs by slot
+-- index: linear in the table's size. A walk by `next(t, k)` re-finds each key along its hash
+-- chain, and a mod can make every number key share one chain (LuaJIT's number hash is not
+-- seeded): quadratic, inside one library call. (DESIGN.md §2, fact 12.)
+
 -- Checks a value tree before Python copies it: nil or an error message, and the number of
 -- entries walked. strict: functions, coroutines and userdata are errors; otherwise Python
 -- shows them as placeholders. depth0 is the depth of `value` itself (0 for the wrapper
@@ -39,8 +44,7 @@ local function check_export(value, strict, max_depth, max_items, max_bytes, dept
       return s_format("%s: nested deeper than %d levels", path, max_depth)
     end
     seen[v] = true
-    local k, x = next(v)
-    while k ~= nil do
+    for k, x in next, v do
       items = items + 1
       if items > max_items then
         return s_format("%s: too large (more than %d items in all)", path, max_items)
@@ -56,10 +60,25 @@ local function check_export(value, strict, max_depth, max_items, max_bytes, dept
       end
       local err = walk(x, depth + 1, path)
       if err then return err end
-      k, x = next(v, k)
     end
     seen[v] = nil
     return nil
   end
   return walk(value, depth0, "value"), items
+end
+
+-- The pairs of a checked table as one fresh array, k1, v1, k2, v2, ..., and their count
+-- times two: the host copies a table out through this, never by its own traversal
+-- (lua_next re-finds each key along its hash chain, see above).
+local t_new = require("table.new")
+function host.pairs_of(t)
+  local n = 0
+  for _ in next, t do n = n + 2 end
+  local out = t_new(n, 0)
+  local i = 0
+  for k, x in next, t do
+    out[i + 1], out[i + 2] = k, x
+    i = i + 2
+  end
+  return out, i
 end

@@ -1,0 +1,114 @@
+"""Host-side work a mod's data can make superlinear: tables whose number keys share one
+hash chain (LuaJIT's number hash is not seeded, DESIGN.md §2 fact 12).
+
+A mod computes, with ``bit.*``, doubles whose hashes agree in their low 17 bits: every key
+of a table of up to 2^17 slots then lands in one chain. Inserting them is the mod's own
+(metered) work. Walking such a table with ``next(t, k)`` or from the host with
+``lua_next`` re-finds each key along the chain: quadratic, outside any budget. Every walk
+the host makes now goes by slot index (linear).
+
+LuaJIT's chain walks happen inside one C call, where no counter of ours can see them, so
+these tests compare the host's time for a colliding table with its time for a plain table
+of the same size, in the same run: a linear copy is within a small factor, a quadratic one
+is ~100x at these sizes.
+"""
+
+from __future__ import annotations
+
+import time
+
+from moonbox import Budget, Sandbox, ValueLimits
+
+# Keys whose number hash agrees in the low 17 bits: one chain in any table of <= 2^17 slots.
+COLLIDING_KEYS = r"""
+local function colliding_keys(count)
+  local band, bor, bxor, rol, lshift = bit.band, bit.bor, bit.bxor, bit.rol, bit.lshift
+  local MASK, TARGET, HI = 0x1FFFF, 0x1234, 0x40F00001
+  local hi = lshift(HI, 1)
+  local c0 = band(rol(hi, 19), MASK)
+  local keys, n, top = {}, 0, 0
+  while n < count do
+    local high = lshift(top, 17)
+    for low4 = 0, 15 do
+      local r = band(rol(bor(high, low4), 13), MASK)
+      local low = band(bxor(band(TARGET + r, MASK), c0), MASK)
+      if band(low, 15) == low4 then
+        local lo = bxor(bit.tobit(bor(high, low) + rol(hi, 14)), hi)
+        if lo < 0 then lo = lo + 4294967296 end
+        local d = (1 + (band(HI, 0xFFFFF) * 4294967296 + lo) / 2^52) * 65536
+        keys[n + 1], keys[n + 2] = d, -d  -- the sign bit is not hashed
+        n = n + 2
+        break
+      end
+    end
+    top = top + 1
+  end
+  return keys
+end
+"""
+
+N = 8192
+COPIES = 40
+BUDGET = Budget(steps=1 << 50, wall_s=600, max_memory="256MB", alloc_bytes="256MB")
+LIMITS = ValueLimits(max_items=10**7)
+
+
+def _table(colliding: bool) -> str:
+    keys = f"colliding_keys({N})" if colliding else (
+        f"(function() local k = {{}} for i = 1, {N} do k[i] = i + 0.5 end return k end)()")
+    return COLLIDING_KEYS + f"""
+    local keys = {keys}
+    local t = {{}}
+    for i = 1, {N} do t[keys[i]] = i end
+    """
+
+
+def _host_time(source: str) -> float:
+    """Seconds the host spent on a run beyond the run's own resumes."""
+    with Sandbox(BUDGET, value_limits=LIMITS) as sb:
+        started = time.perf_counter()
+        out = sb.run(source, "=attack")
+        elapsed = time.perf_counter() - started
+    assert out.status == "done", out.error
+    return elapsed - out.stats.wall_s
+
+
+def _ratio(tail: str) -> float:
+    plain = min(_host_time(_table(False) + tail) for _ in range(2))
+    colliding = min(_host_time(_table(True) + tail) for _ in range(2))
+    return colliding / max(plain, 1e-4)
+
+
+def test_the_generator_really_makes_one_chain():
+    # Inserting colliding keys costs the mod quadratic time: the keys do collide.
+    def build(colliding: bool) -> int:
+        with Sandbox(BUDGET) as sb:
+            return sb.run(_table(colliding) + "return 1", "=build").stats.wall_s
+
+    assert min(build(True) for _ in range(2)) > 20 * min(build(False) for _ in range(2))
+
+
+def test_returning_a_colliding_table_costs_the_host_linear_work():
+    ret = "return " + ", ".join(["t"] * COPIES)
+    assert _ratio(ret) < 10
+
+
+def test_yielding_a_colliding_table_costs_the_host_linear_work():
+    assert _ratio("coroutine.yield(" + ", ".join(["t"] * COPIES) + ") return 1") < 10
+
+
+def test_a_colliding_table_as_a_binding_argument_is_checked_in_linear_work():
+    # The strict check of a binding's table argument, called as the dispatcher calls it,
+    # on a table built in the sandbox's runtime.
+    with Sandbox(BUDGET, value_limits=LIMITS) as sb:
+        def check_time(colliding: bool) -> float:
+            table = sb._rt.execute(_table(colliding) + "return t")
+            sb._loosen()
+            started = time.perf_counter()
+            for _ in range(COPIES):
+                assert sb._h_check_argument(table) is None
+            return time.perf_counter() - started
+
+        plain = min(check_time(False) for _ in range(2))
+        colliding = min(check_time(True) for _ in range(2))
+    assert colliding < 10 * max(plain, 1e-4)
