@@ -141,6 +141,33 @@ class ScriptError(MoonboxError):
         }
 
 
+MAX_SOURCE_BYTES = 4 << 20
+"""The largest mod source moonbox loads, in bytes (4 MiB): a larger one is refused before it
+reaches the VM or the instrumenter (a source of tens of MB can make LuaJIT run out of memory
+in an unprotected call, which ends the process)."""
+
+
+class SourceTooLarge(ScriptError):
+    """A source over :data:`MAX_SOURCE_BYTES`: refused before it is read further.
+
+    Attributes:
+        code: ``source_too_large``.
+        limit_bytes: the limit.
+        size_bytes: the source's size (its UTF-8 bytes).
+    """
+
+    kind: ErrorKind = "syntax"
+    code = "source_too_large"
+
+    def __init__(self, size_bytes: int, limit_bytes: int, *, chunk: str | None = None) -> None:
+        super().__init__(
+            f"the source is {size_bytes:,} bytes; moonbox loads sources of at most "
+            f"{limit_bytes:,} bytes [source_too_large]: split the mod into files, or keep "
+            "large data outside its source", chunk=chunk)
+        self.limit_bytes = limit_bytes
+        self.size_bytes = size_bytes
+
+
 class BudgetExceeded(ScriptError):
     """A budget tripped: the run is over and cannot be resumed.
 

@@ -18,7 +18,7 @@ def test_top_level_names():
     assert moonbox.__all__ == [
         "Binding", "BindingError", "Budget", "BudgetExceeded", "Chunk", "ConfigError", "Frame",
         "HostCall", "HostError", "ModApi", "MoonboxError", "Outcome", "Permissions", "Registry",
-        "Run", "Sandbox", "SandboxClosed", "ScriptError", "Stats", "ValueLimits",
+        "Run", "Sandbox", "SandboxClosed", "ScriptError", "SourceTooLarge", "Stats", "ValueLimits",
         "default_bindings",
     ]
     for name in moonbox.__all__:

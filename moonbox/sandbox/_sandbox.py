@@ -8,11 +8,20 @@ from collections.abc import Iterable, Sequence
 from types import MethodType
 from typing import Any
 
-from .._errors import ConfigError, HostError, SandboxClosed, ScriptError
+from .._errors import (
+    MAX_SOURCE_BYTES,
+    BudgetExceeded,
+    ConfigError,
+    HostError,
+    SandboxClosed,
+    ScriptError,
+    SourceTooLarge,
+)
 from ._budget import Budget
 from ._dispatch import FunctionHandle, HostCall, HostFunction, dispatch
 from ._environment import ALLOWED_GLOBALS, ALLOWED_LIBRARIES
 from ._instrument import ReservedNameError, instrument
+from ._lua import lua
 from ._marshal import ValueLimits, encode_text
 from ._outcome import Outcome
 from ._run import MAX_REPORT_CHARS as MAX_REPORT_CHARS
@@ -234,6 +243,9 @@ class Sandbox:
 
         Raises:
             ScriptError: kind ``syntax``, for bytecode, a syntax error or a reserved name.
+            SourceTooLarge: a source over ``MAX_SOURCE_BYTES`` (4 MiB), before any work on it.
+            BudgetExceeded: kind ``memory``, the compiled chunk does not fit under the heap
+                cap.
             ConfigError: a chunk name that is not ``@...`` or ``=...``.
         """
         self._check_open()
@@ -252,7 +264,11 @@ class Sandbox:
         if text[:1] == "\x1b":
             raise self._syntax("bytecode is refused: moonbox loads Lua source text only",
                                chunk, None)
+        if len(text) > MAX_SOURCE_BYTES:  # a str has at most as many chars as UTF-8 bytes
+            raise SourceTooLarge(len(encode_text(text)), MAX_SOURCE_BYTES, chunk=chunk)
         raw = encode_text(text)
+        if len(raw) > MAX_SOURCE_BYTES:
+            raise SourceTooLarge(len(raw), MAX_SOURCE_BYTES, chunk=chunk)
         wrapped: bytes | None = None
         checks = 0
         # Instrumented in both modes, so reserved names are refused alike; the count-hook
@@ -269,6 +285,10 @@ class Sandbox:
         fn, err, *rest = self._compile(raw, wrapped, chunk)
         if fn is None:
             message = lua_text(err)
+            if "not enough memory" in message:
+                self._rt.gccollect()
+                raise BudgetExceeded("memory", self.budget.max_memory,
+                                     self._rt.get_memory_used(True), chunk=chunk)
             if rest and rest[0]:
                 # LuaJIT accepted the source but not its instrumented form. Near one of
                 # LuaJIT's limits that is the mod's to fix; anything else is a moonbox bug.
@@ -289,10 +309,34 @@ class Sandbox:
         if self.jit and wrapped is None:
             # The tokenizer refused what LuaJIT accepted: never run it uninstrumented.
             raise HostError(f"{chunk}: moonbox could not instrument this source")
+        if self._rt.get_memory_used(True) > self.budget.max_memory:
+            self._rt.gccollect()  # the texts compiled are garbage now
+            used = self._rt.get_memory_used(True)
+            if used > self.budget.max_memory:
+                # Compiled with room for it, the chunk does not fit under the heap cap.
+                fn = None
+                self._rt.gccollect()
+                raise BudgetExceeded("memory", self.budget.max_memory, used, chunk=chunk)
         return Chunk(chunk, checks, fn, self._generation)
 
     def _compile(self, raw: bytes, wrapped: bytes | None, chunk: str) -> tuple[Any, ...]:
-        result = self._h_compile(raw, wrapped, chunk.encode(), self._env)
+        # lupa pushes the texts before its protected call: an allocation failing there would
+        # end the process, so the limit leaves room for them above what is in use. The
+        # compile itself runs protected, under that limit.
+        need = 2 * (len(raw) + len(wrapped or b"")) + HOST_HEADROOM_BYTES
+        room = self._rt.get_memory_used(True) + need
+        raised = room > self._loose_limit
+        if raised:
+            self._rt.set_max_memory(room, True)
+            self._current_limit = room
+        try:
+            result = self._h_compile(raw, wrapped, chunk.encode(), self._env)
+        except lua.LuaMemoryError:
+            result = (None, b"not enough memory to compile this source")
+        finally:
+            if raised:
+                self._rt.set_max_memory(self._loose_limit, True)
+                self._current_limit = self._loose_limit
         return result if isinstance(result, tuple) else (result, None)
 
     @staticmethod
@@ -368,7 +412,7 @@ class Sandbox:
         try:
             run = self.start(source, chunk)
         except ScriptError as exc:
-            return Outcome("error", (), exc)
+            return Outcome("budget" if isinstance(exc, BudgetExceeded) else "error", (), exc)
         return run.finish(*args, max_resumes=max_resumes)
 
     def _close_run(self, run: Run) -> None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from moonbox import Budget, Sandbox, ValueLimits
 
 # Keys whose number hash agrees in the low 17 bits: one chain in any table of <= 2^17 slots.
@@ -112,3 +114,65 @@ def test_a_colliding_table_as_a_binding_argument_is_checked_in_linear_work():
         plain = min(check_time(False) for _ in range(2))
         colliding = min(check_time(True) for _ in range(2))
     assert colliding < 10 * max(plain, 1e-4)
+
+
+# -- a large source is refused before it reaches the VM -----------------------------------
+
+# Found by an attack review: a 40-70 MB source (even one that is only a comment, below the
+# 64 MB heap cap) made LuaJIT run out of memory in an unprotected call; the process exited.
+def test_a_huge_source_is_refused_and_the_host_lives():
+    import subprocess
+    import sys
+
+    code = (
+        "from moonbox import Sandbox, SourceTooLarge\n"
+        "sb = Sandbox()\n"
+        "for size in (40 << 20, 70 << 20):\n"
+        "    out = sb.run('--' + 'x' * size, '@big.lua')\n"
+        "    assert isinstance(out.error, SourceTooLarge), out\n"
+        "    assert out.error.code == 'source_too_large' and out.error.size_bytes == size + 2\n"
+        "    assert out.error.kind == 'syntax'\n"
+        "assert sb.run('return 1').value == 1\n"
+        "print('alive')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "alive", done.stderr[-2000:]
+
+
+def test_the_limit_is_documented_and_exact():
+    from moonbox import SourceTooLarge
+    from moonbox._errors import MAX_SOURCE_BYTES
+
+    with Sandbox() as sb:
+        at = "--" + "x" * (MAX_SOURCE_BYTES - 2)
+        assert sb.run(at, "@at.lua").status == "done"
+        over = sb.run(at + "x", "@over.lua")
+        assert isinstance(over.error, SourceTooLarge)
+        assert over.error.limit_bytes == MAX_SOURCE_BYTES
+        assert "source_too_large" in str(over.error) and over.error.chunk == "@over.lua"
+        # Counted in UTF-8 bytes, not characters.
+        wide = sb.run("--" + "é" * (MAX_SOURCE_BYTES // 2), "@wide.lua")
+        assert isinstance(wide.error, SourceTooLarge)
+
+
+def test_a_source_that_does_not_fit_the_heap_cap_is_a_memory_trip():
+    with Sandbox(Budget(max_memory="1MB")) as sb:
+        # Room to compile a large comment; once compiled it is gone.
+        assert sb.run("return 1 --" + "x" * (3 << 20), "@comment.lua").value == 1
+        out = sb.run("local t = {" + "1," * 300_000 + "} return #t", "@table.lua")
+        assert out.status == "budget" and out.error.budget == "memory"
+        assert sb.run("return 'alive'").value == "alive"
+
+
+def test_an_isolated_sandbox_refuses_a_huge_source_without_sending_it():
+    from moonbox import SourceTooLarge
+    from moonbox.isolation import IsolatedSandbox
+
+    with IsolatedSandbox(Budget(wall_s=0.5)) as sb:
+        pid = sb.pid
+        out = sb.run("--" + "x" * (50 << 20), "@big.lua")
+        assert isinstance(out.error, SourceTooLarge) and out.status == "error"
+        with pytest.raises(SourceTooLarge):
+            sb.load("--" + "x" * (50 << 20), "@big.lua")
+        assert sb.run("return 'alive'").values == ("alive",) and sb.pid == pid
