@@ -268,4 +268,4 @@ def argument(sb: SandboxState, value: Any, index: int, hf: HostFunction) -> Any:
     problem = sb._h_check_argument(value)
     if problem is not None:
         raise BindingError(lua_text(problem).replace("value", f"argument {index}", 1))
-    return to_python(value, sb._h_pairs_of)
+    return to_python(value, sb._pairs)

@@ -13,7 +13,6 @@ object ever reaches Lua.
 from __future__ import annotations
 
 import math
-from itertools import islice
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .._errors import HostError
 from ._lua import lua
 
-__all__ = ["ValueLimits", "to_python", "to_lua", "format_value"]
+__all__ = ["ValueLimits", "format_value", "table_pairs", "to_lua", "to_python"]
 
 
 class ValueLimits(BaseModel):
@@ -53,10 +52,29 @@ def _decode(b: bytes) -> str:
     return b.decode("utf-8", "replace")
 
 
-def to_python(value: Any, pairs_of: Any, depth: int = 0) -> Any:
+def table_pairs(pairs_of: Any, pairs_slice: Any, slice_size: int) -> Any:
+    """The function that gives a Lua table's pairs as a flat list ``[k1, v1, k2, v2, ...]``,
+    through the prelude's ``pairs_of`` and ``pairs_slice`` of its runtime."""
+
+    def pairs(table: Any) -> list[Any]:
+        res = pairs_of(table)
+        if type(res) is tuple:
+            return list(res[1:])
+        out: list[Any] = []
+        i = 1
+        while i <= res:
+            j = min(i + slice_size - 1, res)
+            out.extend(pairs_slice(i, j, j == res))
+            i = j + 1
+        return out
+
+    return pairs
+
+
+def to_python(value: Any, pairs: Any, depth: int = 0) -> Any:
     """Copy a checked Lua value into plain Python data.
 
-    ``pairs_of`` is the prelude's ``host.pairs_of`` of the value's runtime. Tables whose
+    ``pairs`` is the sandbox's :func:`table_pairs` of the value's runtime. Tables whose
     keys are exactly ``1..n`` become lists, other tables dicts. Strings are decoded as
     UTF-8 (invalid bytes become U+FFFD). Functions, coroutines and userdata (only reachable
     in lenient checks) become ``"<function>"``-style placeholders.
@@ -70,22 +88,20 @@ def to_python(value: Any, pairs_of: Any, depth: int = 0) -> Any:
         return f"<{kind}>"
     if depth > 200:  # the prelude's check bounds depth far below this
         raise HostError("value nested too deeply")
-    flat, m = pairs_of(value)
-    # A fresh array of the pairs: lua_next walks its array part by index, linearly.
-    pairs = list(islice(flat.values(), m))
-    items = list(zip(pairs[::2], pairs[1::2], strict=True))
+    flat = pairs(value)
+    items = list(zip(flat[::2], flat[1::2], strict=True))
     n = len(items)
     if n and all(type(k) is int and 1 <= k <= n for k, _ in items):
         # Keys are exactly 1..n (n distinct ints in that range), in whatever order lua_next
         # gave them.
         listed: list[Any] = [None] * n
         for k, v in items:
-            listed[k - 1] = to_python(v, pairs_of, depth + 1)
+            listed[k - 1] = to_python(v, pairs, depth + 1)
         return listed
     out: dict[Any, Any] = {}
     for k, v in items:
         key = _decode(k) if isinstance(k, bytes) else k
-        out[key] = to_python(v, pairs_of, depth + 1)
+        out[key] = to_python(v, pairs, depth + 1)
     return out
 
 

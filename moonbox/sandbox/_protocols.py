@@ -62,7 +62,7 @@ class SandboxState(Protocol):
     _h_keep_function: Any
     _h_flat_argument: Any
     _h_check_argument: Any
-    _h_pairs_of: Any
+    _pairs: Any
 
     def start(self, source: Any, chunk: str = ...) -> Any: ...
 

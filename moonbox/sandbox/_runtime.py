@@ -17,6 +17,9 @@ from ._marshal import ValueLimits, to_lua
 HOOK_INSTRUCTIONS = 1000
 HOOK_STEPS = 500
 
+# The most values a table's pairs cross in, per call, when the host copies it out (each
+# call's values arrive as one tuple; Lua's C stack holds at most ~8,000).
+PAIRS_SLICE = 4096
 MAX_MESSAGE_BYTES = 4096
 # Calls nested through library functions that call back into Lua (gsub, sort, tostring,
 # string.format, coroutine resumes): the same bound as LuaJIT's own C-call limit.
@@ -131,6 +134,7 @@ def open_runtime(
             "value_max_depth": value_limits.max_depth,
             "value_max_items": value_limits.max_items,
             "value_max_bytes": value_limits.max_bytes,
+            "pairs_slice": PAIRS_SLICE,
             "seed": seed,
             "deterministic": deterministic,
         },

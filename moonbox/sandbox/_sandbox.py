@@ -22,13 +22,13 @@ from ._dispatch import FunctionHandle, HostCall, HostFunction, dispatch
 from ._environment import ALLOWED_GLOBALS, ALLOWED_LIBRARIES
 from ._instrument import ReservedNameError, instrument
 from ._lua import lua
-from ._marshal import ValueLimits, encode_text
+from ._marshal import ValueLimits, encode_text, table_pairs
 from ._outcome import Outcome
 from ._run import MAX_REPORT_CHARS as MAX_REPORT_CHARS
 from ._run import MAX_REPORTS as MAX_REPORTS
 from ._run import MAX_REPORTS_TOTAL_CHARS as MAX_REPORTS_TOTAL_CHARS
 from ._run import Chunk, Run
-from ._runtime import ENV_SPEC, HOST_HEADROOM_BYTES, open_runtime
+from ._runtime import ENV_SPEC, HOST_HEADROOM_BYTES, PAIRS_SLICE, open_runtime
 from ._runtime import MAX_MESSAGE_BYTES as MAX_MESSAGE_BYTES
 from ._script_errors import POSITION
 from ._tokenizer import LuaTokenError
@@ -79,7 +79,7 @@ class Sandbox:
         "_alloc_bytes", "_call", "_cell_name", "_clock", "_closed", "_current_limit",
         "_deadline", "_dropped", "_entries", "_env", "_excluded_s", "_excluded_start",
         "_failed", "_fixed_limit", "_generation", "_h_check_argument", "_h_close", "_h_compile",
-        "_h_drop_kept", "_h_expire", "_h_extend", "_h_flat_argument", "_h_keep_function", "_h_pairs_of",
+        "_h_drop_kept", "_h_expire", "_h_extend", "_h_flat_argument", "_h_keep_function", "_pairs",
         "_h_kept_count", "_h_resume", "_h_set_budget", "_h_start", "_h_start_kept",
         "_host_functions", "_limit", "_loose_limit", "_lua_budget", "_max_memory",
         "_not_enough_memory", "_rt", "_running", "_runs", "_slow_name", "_start",
@@ -167,7 +167,7 @@ class Sandbox:
         self._h_extend = host[b"extend"]
         self._h_check_argument = host[b"check_argument"]
         self._h_flat_argument = host[b"flat_argument"]
-        self._h_pairs_of = host[b"pairs_of"]
+        self._pairs = table_pairs(host[b"pairs_of"], host[b"pairs_slice"], PAIRS_SLICE)
         self._lua_budget: Budget | None = None
         self._fixed_limit: int | None = None
         self._loose_limit = self.budget.max_memory + HOST_HEADROOM_BYTES
@@ -203,6 +203,7 @@ class Sandbox:
                 setattr(self, name, None)
         self._rt = None  # type: ignore[assignment]
         self._env = None
+        self._pairs = None
         self._failed = self._not_enough_memory = None
 
     def __enter__(self) -> Sandbox:

@@ -61,8 +61,8 @@ def from_pairs(flat: Any) -> Any:
 def resume_values(sb: SandboxState, res: tuple[Any, ...]) -> tuple[Any, ...]:
     """The values of a resume's answer (from its 4th on, checked in Lua already): scalars
     as they are, the rest copied."""
-    pairs_of = sb._h_pairs_of
-    return tuple([v if v is None or type(v) in SCALARS else to_python(v, pairs_of)
+    pairs = sb._pairs
+    return tuple([v if v is None or type(v) in SCALARS else to_python(v, pairs)
                   for v in res[3:]])
 
 

@@ -67,11 +67,14 @@ local function check_export(value, strict, max_depth, max_items, max_bytes, dept
   return walk(value, depth0, "value"), items
 end
 
--- The pairs of a checked table as one fresh array, k1, v1, k2, v2, ..., and their count
--- times two: the host copies a table out through this, never by its own traversal
--- (lua_next re-finds each key along its hash chain, see above).
+-- The pairs of a checked table for the host to copy, never by its own traversal (lua_next
+-- re-finds each key along its hash chain, see above): their count times two, then k1, v1,
+-- k2, v2, ... as return values when there are at most PAIRS_SLICE of them; else the host
+-- takes them in slices of a fresh array with pairs_slice, the last of which lets it go.
 local t_new = require("table.new")
-function host.pairs_of(t)
+local PAIRS_SLICE = config.pairs_slice
+local pending = nil
+local function pairs_array(t)
   local n = 0
   for _ in next, t do n = n + 2 end
   local out = t_new(n, 0)
@@ -81,4 +84,26 @@ function host.pairs_of(t)
     i = i + 2
   end
   return out, i
+end
+
+-- Host work, bounded by the value limits (the value was checked): the meter stands aside,
+-- as for the check itself, and a hook armed for every instruction (meter.lua) is put back
+-- to its count while this runs.
+function host.pairs_of(t)
+  local was_active, was_pending = m_active, hook_pending
+  m_active = false
+  if was_pending then sethook(hook, "", HOOK_INSTRUCTIONS) end
+  local ok, out, i = pcall(pairs_array, t)
+  m_active = was_active
+  if was_pending then sethook(pending_hook, "", 1) end
+  if not ok then error(out, 0) end
+  if i <= PAIRS_SLICE then return i, unpack_(out, 1, i) end
+  pending = out
+  return i
+end
+
+function host.pairs_slice(i, j, last)
+  local out = pending
+  if last then pending = nil end
+  return unpack_(out, i, j)
 end

@@ -162,7 +162,7 @@ def test_flat_tables_cross_as_the_entry_by_entry_copy_does(value):
         if flat is None:
             return  # not flat: only the entry-by-entry path sees it
         assert problem is None  # what the flat path takes, the full check accepts
-        fast, full = impl.from_pairs(flat), to_python(table, sb._h_pairs_of)
+        fast, full = impl.from_pairs(flat), to_python(table, sb._pairs)
         assert type(fast) is type(full)
         assert repr(fast) == repr(full) or fast == full
 
