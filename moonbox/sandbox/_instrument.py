@@ -318,7 +318,6 @@ def _plan_of(src: str) -> Plan:
     stack = [chunk]
     top = chunk
     state = _DONE
-    entry = False  # a parameter list just closed: the function's check goes here
 
     def fail(tok: Token) -> ValueError:
         return ValueError(f"line {tok.line}: unexpected {tok.text[:40]!r}")
@@ -331,15 +330,10 @@ def _plan_of(src: str) -> Plan:
         text = tok.text
         if kind is NAME and text.startswith(RESERVED_PREFIX):
             raise ReservedNameError(text, tok.line)
-        if entry:
-            # On the line of the body's first token: LuaJIT reports a stack overflow at a
-            # function's first instruction, which is then the check.
-            top.cur = add_check(tok.start, 1)
-            entry = False
         k = top.kind
         # Can this token start a statement, were the scan at a block's level?
         start = False
-        if state == _PREFIX or state == _DONE:
+        if 0 < state < 3:  # _PREFIX or _DONE
             if kind is NAME:
                 start = True
             elif kind is KEYWORD:
@@ -398,6 +392,25 @@ def _plan_of(src: str) -> Plan:
                     state = _DONE
                 continue
             acc[top.cur] += 1
+            if state > _DONE:  # inside `local`, `goto` or a label
+                if state == _LOCAL:
+                    if kind is NAME:
+                        state = _DONE
+                    elif text == "function" and kind is KEYWORD:
+                        top = _Frame(_FUNCTION_NAME, top.cur, flag=True)
+                        stack.append(top)
+                    else:
+                        raise fail(tok)
+                elif state == _LABEL_NAME:
+                    if text != "::" or kind is not OP:
+                        raise fail(tok)
+                    top.flag = True  # a goto may land here: what follows needs its own check
+                    state = _DONE
+                else:
+                    if kind is not NAME:
+                        raise fail(tok)
+                    state = _DONE if state == _GOTO else _LABEL_NAME
+                continue
             if kind is KEYWORD and text in _CLOSERS:
                 if text == "end":
                     if k == _CHUNK or k == _REPEAT:
@@ -419,27 +432,7 @@ def _plan_of(src: str) -> Plan:
                 else:
                     raise fail(tok)
                 continue
-            if kind is OP and text == ";":
-                state = _DONE
-                continue
-            if state == _LOCAL:
-                if kind is NAME:
-                    state = _DONE
-                elif text == "function" and kind is KEYWORD:
-                    top = _Frame(_FUNCTION_NAME, top.cur, flag=True)
-                    stack.append(top)
-                else:
-                    raise fail(tok)
-                continue
-            if state == _GOTO or state == _LABEL:
-                if kind is not NAME:
-                    raise fail(tok)
-                state = _DONE if state == _GOTO else _LABEL_NAME
-                continue
-            if state == _LABEL_NAME:
-                if text != "::" or kind is not OP:
-                    raise fail(tok)
-                top.flag = True  # a goto may land here: what follows needs its own check
+            if text == ";":  # (a string's text holds its quotes)
                 state = _DONE
                 continue
         elif k == _FUNCTION_NAME:
@@ -452,9 +445,13 @@ def _plan_of(src: str) -> Plan:
         elif k == _PARAMETERS:
             acc[top.cur] += 1
             if kind is OP and text == ")":
+                if i == count:
+                    raise ValueError(f"line {tok.line}: function without a body")
+                # On the line of the body's first token: LuaJIT reports a stack overflow at
+                # a function's first instruction, which is then the check.
                 top.kind = _FUNCTION
+                top.cur = add_check(tokens[i].start, 1)
                 top.flag = False
-                entry = True
                 state = _DONE
             elif not (kind is NAME or (kind is OP and text in (",", "..."))):
                 raise ValueError(f"line {tok.line}: function without a parameter list")
@@ -540,7 +537,7 @@ def _plan_of(src: str) -> Plan:
             raise fail(tok)
     if top.kind == _UNTIL:
         stack.pop()
-    if entry or len(stack) != 1:
+    if len(stack) != 1:
         raise ValueError("the source ends inside a block or an expression")
     weights = array("q", [min(MAX_WEIGHT, base + acc[owner] // TOKENS_PER_STEP)
                           for base, owner in zip(bases, owners, strict=True)])

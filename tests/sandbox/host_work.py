@@ -4,9 +4,10 @@
 tokenizer and the instrumenter (``moonbox/sandbox/_tokenizer.py``, ``_instrument.py``): the
 number is the same on a fast machine and a slow one, and a loop that rescans the source
 shows as work that grows faster than the source. What the tracer cannot see are the C-level
-string operations those lines call (``str.find``, slicing, ``startswith``); each of them runs
-over text the lexer then consumes or copies once, so their work is linear in the text they
-pass over, and the lines that call them are counted.
+string operations those lines call (``str.find``, slicing, ``startswith``, the tokenizer's
+regular expressions, each a run of one character class that never backtracks); each runs
+over text the lexer then consumes or copies once, so its work is linear in the text it
+passes over, and the lines that call it are counted.
 
 :data:`HOSTILE` holds the source families the linearity tests double: each maps a size ``n``
 to a source of about ``n`` tokens (or characters), valid or not.
