@@ -270,9 +270,11 @@ _CLOSE_OF = {")": _PAREN, "]": _BRACKET, "}": _BRACE}
 class _Frame:
     """One open construct. ``cur`` is the accumulator its tokens count toward (a block's
     current segment), ``extra`` a second one or -1 (a ``while`` condition's: the loop
-    repeats it), ``dom`` an ``if``'s segment before the statement (it charges every
-    branch until a branch needs checks of its own), ``flag`` a block's pending split (after
-    a label) or a brace's being a call's argument or a function's having a name."""
+    repeats it), ``dom`` the accumulator of a check that every path through the construct
+    passes (an ``if``'s segment before the statement, which charges every branch until a
+    branch needs checks of its own; a ``repeat``'s own check, which charges the ``until``
+    condition), ``flag`` a block's pending split (after a label) or a brace's being a call's
+    argument or a function's having a name."""
 
     __slots__ = ("kind", "cur", "extra", "dom", "flag")
 
@@ -427,7 +429,10 @@ def _plan_of(src: str) -> Plan:
                     top.cur = top.dom
                     state = _OPERAND
                 elif k == _REPEAT and text == "until":
-                    top.kind = _UNTIL  # the loop's check charges the condition too
+                    # The loop's own check charges the condition: every iteration passes it,
+                    # where a goto to a label before `until` skips the body's later ones.
+                    top.kind = _UNTIL
+                    top.cur = top.dom
                     state = _OPERAND
                 else:
                     raise fail(tok)

@@ -160,3 +160,13 @@ def test_a_goto_loop_is_charged_for_the_code_it_repeats() -> None:
     steps = steps_of(src)
     per_round = 5 * 400 // TOKENS_PER_STEP - 5 * 400 // SEGMENT_TOKENS - 1
     assert steps >= 100 * per_round
+
+
+def test_an_until_condition_is_charged_when_a_goto_skips_the_rest_of_the_body() -> None:
+    """A forward goto to a label right before `until` skips the body's later checks: the
+    condition is charged by the loop's own check, which every iteration passes."""
+    rest = "x = x + 1\n" * 200  # long enough for checks of its own
+    src = (f"local i, x = 0, 0\nrepeat\n  i = i + 1\n  if i > 0 then goto next end\n{rest}"
+           f"  ::next::\nuntil i >= 200 and ({sin_sum(100)}) ~= 12345\nreturn i")
+    steps = steps_of(src)
+    assert steps >= 200 * (7 * 100 // TOKENS_PER_STEP)
