@@ -284,7 +284,7 @@
       el("span", { class: "m", text: e.mod || "" }),
       e.handler ? el("span", { class: "h", text: e.handler }) : null,
       where,
-      el("span", { class: "msg", text: e.message }));
+      el("span", { class: "msg", text: e.message, title: e.detail || e.message }));
     if (e.group) {
       row.classList.add("link");
       row.title = "show the error";
@@ -411,7 +411,7 @@
         checked: v[side] === r.rev, onchange: () => { v[side] = r.rev; } });
       const cells = [
         el("td", { class: "rev" }, String(r.rev) + (r.rev === info.current ? " ●" : "")),
-        el("td", {}, radio("a")), el("td", {}, radio("b")),
+        el("td", { class: "sides" }, radio("a"), radio("b")),
         el("td", { class: r.outcome === "ok" ? "" : "bad", title: r.error || "" }, r.outcome),
         el("td", { class: "muted", title: when(r.recorded_at_s) }, clock(r.recorded_at_s)),
         el("td", {}, r.author || "–"), el("td", {}, r.role || "–"),
@@ -477,7 +477,9 @@
     const w = state.world;
     if (!w || !w.entities) return;
     const map = $("world-map");
-    const bound = w.bound;
+    // Zoomed to where the entities are (centred on the origin), never past the bounds.
+    const far = Math.max(0, ...w.entities.map((e) => Math.max(Math.abs(e.x), Math.abs(e.z))));
+    const bound = Math.min(w.bound, Math.max(w.bound / 20, far * 1.25, 1));
     map.setAttribute("viewBox", [-bound, -bound, 2 * bound, 2 * bound].join(" "));
     const parts = [svg("rect", { x: -bound, y: -bound, width: 2 * bound, height: 2 * bound,
       class: "floor" })];
@@ -501,7 +503,8 @@
     }
     map.replaceChildren(...parts);
     $("world-count").textContent = num(w.count) + " entities" +
-      (w.shown < w.count ? ", " + num(w.shown) + " shown" : "") + ", tick " + num(w.tick);
+      (w.shown < w.count ? ", " + num(w.shown) + " shown" : "") + ", tick " + num(w.tick) +
+      ", x and z ±" + num(Math.round(bound)) + " of ±" + num(w.bound);
     const chosen = w.entities.find((e) => e.name === state.entity);
     $("inspector").textContent = chosen
       ? Object.entries(chosen).map(([k, v]) => k + ": " + JSON.stringify(v)).join("\n")
