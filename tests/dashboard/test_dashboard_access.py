@@ -7,7 +7,7 @@ import sys
 
 import httpx
 import pytest
-from conftest import STEADY, write_mod
+from running_game import STEADY, write_mod
 
 from moonbox import ConfigError
 from moonbox.dashboard import MIN_TOKEN_CHARS, Access, Dashboard, is_loopback

@@ -8,9 +8,9 @@ import time
 
 import httpx
 import pytest
-from conftest import SPINNER, SPINNER_LINE, STEADY, versioned, wait_for, write_mod
+from running_game import SPINNER, SPINNER_LINE, STEADY, versioned, wait_for, write_mod
 
-from moonbox.dashboard import Dashboard, _app
+from moonbox.dashboard import Dashboard
 from moonbox.engine import Game
 
 
@@ -229,7 +229,7 @@ def test_closing_ends_the_stream_and_the_server(running, mods_dir):
 
 
 def test_an_action_waits_for_a_tick(running, mods_dir, monkeypatch):
-    monkeypatch.setattr(_app, "ACTION_TIMEOUT_S", 0.3)
+    monkeypatch.setattr("moonbox.dashboard._app.ACTION_TIMEOUT_S", 0.3)
     write_mod(mods_dir, "steady", STEADY)
     r = running(mods_dir, tick=False)  # nobody ticks this game
     answer = r.post("/api/mods/steady/quarantine")

@@ -5,7 +5,7 @@ Skipped, with how to install them, where Chromium or Playwright is missing.
 
 from __future__ import annotations
 
-from conftest import SPINNER, SPINNER_LINE, STEADY, versioned, wait_for, write_mod
+from running_game import SPINNER, SPINNER_LINE, STEADY, versioned, wait_for, write_mod
 
 
 def test_a_quarantined_mod_shows_its_reason(running, mods_dir, page):

@@ -7,7 +7,7 @@ import re
 import httpx
 import pytest
 from click.testing import CliRunner
-from conftest import STEADY, write_mod
+from running_game import STEADY, write_mod
 
 from moonbox.cli import cli
 

@@ -8,6 +8,8 @@ from moonbox.dashboard import _recorder
 from moonbox.dashboard._recorder import MAX_LOG_PER_TICK, Recorder
 from moonbox.engine import Game, TickReport
 
+NEEDS_SERVER = False  # the recorder runs without the dashboard's packages
+
 
 class Clock:
     def __init__(self) -> None:
