@@ -186,7 +186,8 @@ class Actions:
         if state is None:
             raise ActionError(f"no mod {mod_id!r} is known to the mods folder",
                               code="unknown_mod", status=404)
-        folder = state.package.root.name if state.package is not None else mod_id
+        package = state.package or state.pending  # a mod that never loaded: its refused try
+        folder = package.root.name if package is not None else mod_id
         result = host.reload_folder(folder)
         if not result.ok:
             raise ActionError(result.error or "refused", code="refused")

@@ -258,49 +258,54 @@ class Recorder:
 
     def _take_in(self, report: TickReport) -> None:
         t = report.tick
-        kept = 0
+        room = MAX_LOG_PER_TICK  # reports, failures and refusals kept of this tick
+        dropped = 0
         for mod_id, line in report.reports:
-            if kept < MAX_LOG_PER_TICK:
+            if room > 0:
+                room -= 1
                 self.log("report", line, mod=mod_id, tick=t)
-            kept += 1
+            else:
+                dropped += 1
         for failure in report.failures:
             group = self._group(failure)
-            if kept < MAX_LOG_PER_TICK:
+            if room > 0:
+                room -= 1
                 error = failure.error
                 self.log("trip" if failure.trip else "error", error.message, mod=failure.mod,
                          tick=t, handler=failure.handler, defined_at=failure.where,
                          where=error.where, error_kind=error.kind,
                          budget=getattr(error, "budget", None), group=group)
-            kept += 1
+            else:
+                dropped += 1
         for result in report.results:
             if result.status == "applied":
                 continue
             reason = result.reason or "refused"
             self._refused_by_reason[reason] += 1
-            item = {"tick": t, "id": result.id, "mod": result.mod, "command": result.kind,
-                    "reason": reason, "message": _text(result.message, 300)}
-            self._refused.append(item)
-            if kept < MAX_LOG_PER_TICK:
+            self._refused.append({"tick": t, "id": result.id, "mod": result.mod,
+                                  "command": result.kind, "reason": reason,
+                                  "message": _text(result.message, 300)})
+            if room > 0:
+                room -= 1
                 self.log("refused", f"{result.kind} refused: {reason}: {result.message}",
                          mod=result.mod, tick=t, reason=reason, command=result.kind)
-            kept += 1
-        for event in report.events:
-            self._events_by_name[event.name] += 1
+            else:
+                dropped += 1
+        events = report.events
+        self._events_by_name.update(event.name for event in events)
+        for event in events[-MAX_RECENT_ITEMS:]:  # only those that stay listed are shown
             self._events.append({"tick": event.tick, "name": event.name, "source": event.source,
                                  "data": _preview(event.data)})
-        for mod_id in report.quarantined:
+        for mod_id in report.quarantined:  # always kept: few, and what matters most
             q = self._quarantine_of(mod_id)
             where = q.failure.error.where if q is not None and q.failure is not None else None
             self.log("quarantine", q.reason if q is not None else "quarantined", mod=mod_id,
                      tick=t, where=where, quarantine_kind=q.kind if q is not None else None)
-            kept += 1
         for mod_id in report.restored:
             self.log("restored", "built again in a fresh worker (its worker was lost)",
                      mod=mod_id, tick=t)
-            kept += 1
-        if kept > MAX_LOG_PER_TICK:
-            self.log("dashboard", f"{kept - MAX_LOG_PER_TICK} more entries of tick {t} were "
-                                  "not kept", tick=t)
+        if dropped:
+            self.log("dashboard", f"{dropped} more entries of tick {t} were not kept", tick=t)
 
     def note_reload(self, result: ReloadResult) -> None:
         """A load or reload of the mod host, as a log entry (unchanged ones are left out)."""

@@ -104,3 +104,22 @@ every(1, function(t) emit("pulse", {t = t}) end)
     page.locator("#events code", has_text="pulse").first.wait_for()
     page.locator("#mod-queues td.mod", has_text="spawner").wait_for()
     assert "no worker processes" in page.locator("#workers-none").inner_text()
+
+
+def test_an_isolated_game_without_a_store(running, mods_dir, page):
+    import psutil
+
+    from moonbox.engine import Game
+
+    write_mod(mods_dir, "steady", STEADY)
+    r = running(mods_dir, store=False,
+                game=Game(seed=1, isolation="process", workers=1, spare_workers=0))
+    page.goto(r.url)
+    row = page.locator("#workers tbody tr").first
+    row.wait_for()
+    assert row.locator("td.mods").inner_text() == "steady"
+    pid = int(row.locator("td").first.inner_text())  # the worker's process
+    assert pid in {p.pid for p in psutil.Process().children(recursive=True)}
+    page.locator("#versions-none", has_text="no versions store").wait_for()
+    r.close()  # the game's workers go with it
+    assert not psutil.pid_exists(pid)
