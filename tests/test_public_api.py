@@ -5,6 +5,7 @@ from __future__ import annotations
 import moonbox
 import moonbox.agent
 import moonbox.bindings
+import moonbox.dashboard
 import moonbox.engine
 import moonbox.isolation
 import moonbox.mods
@@ -94,6 +95,17 @@ def test_mods_names():
     for name in moonbox.mods.__all__:
         assert hasattr(moonbox.mods, name)
     assert issubclass(moonbox.mods.ModError, moonbox.MoonboxError)
+
+
+def test_dashboard_names():
+    assert moonbox.dashboard.__all__ == [
+        "ACTIONS", "DEFAULT_HOST", "DEFAULT_PORT", "INSTALL_HINT", "LOG_KINDS",
+        "MIN_TOKEN_CHARS", "Access", "ActionError", "Dashboard", "Published", "Sources",
+        "VersionHook", "is_loopback",
+    ]
+    for name in moonbox.dashboard.__all__:
+        assert hasattr(moonbox.dashboard, name)
+    assert issubclass(moonbox.dashboard.ActionError, moonbox.MoonboxError)
 
 
 def test_isolation_names():

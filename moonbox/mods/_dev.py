@@ -71,6 +71,8 @@ class DevSession:
                                   step_ms=step_ms) if watch else None
         self.results: list[ReloadResult] = []
         self.reports: list[tuple[int, str, str]] = []
+        self.last_tick_s = 0.0
+        """How long the latest :meth:`Game.tick` took, in seconds."""
         self._next_tick = 0.0
 
     def start(self) -> list[ReloadResult]:
@@ -92,7 +94,9 @@ class DevSession:
         elif timeout > 0:
             time.sleep(timeout)
         if time.monotonic() >= self._next_tick:
+            started = time.perf_counter()
             report = self.game.tick()
+            self.last_tick_s = time.perf_counter() - started
             self._next_tick = max(self._next_tick + self.tick_s, time.monotonic() - self.tick_s)
             self.reports.extend((report.tick, mod, line) for mod, line in report.reports)
             del self.reports[:-20]

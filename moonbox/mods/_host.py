@@ -505,6 +505,44 @@ class ModHost:
             return _Active()
         return _Active.model_validate(store.data.current(ACTIVE_KEY).content or {"mods": []})
 
+    def recorded_package(self, mod_id: str) -> ModPackage:
+        """The mod as the store has it now: the current revision of each of its files (the
+        files of the version listed as active), e.g. after one of them was rolled back.
+
+        Raises:
+            ModError: ``unknown_mod``: no store, or the store lists no active version of
+                ``mod_id``; ``invalid_manifest``: its recorded manifest no longer parses.
+        """
+        store = self.store
+        entry = next((m for m in self._active().mods if m.id == mod_id), None)
+        if store is None or entry is None:
+            raise ModError(f"the versions store lists no active version of mod {mod_id!r}",
+                           code="unknown_mod", mod=mod_id)
+        try:
+            files = {path: store.scripts.current(self._key(mod_id, path)).content
+                     for path in entry.files}
+        except MoonboxError as exc:
+            raise ModError(f"mod {mod_id!r}: its recorded files cannot be read: {exc}",
+                           code="unknown_mod", mod=mod_id) from None
+        manifest_text = files.pop(MANIFEST_NAME)
+        state = self.mods.get(mod_id)
+        folder = entry.folder or entry.id
+        root = state.package.root if state is not None and state.package is not None \
+            else (self.mods_dir / folder).resolve()
+        label = f"{self.label}/{folder}"
+        manifest = parse_manifest(manifest_text, f"{label}/{MANIFEST_NAME}")
+        return ModPackage(root, manifest, manifest_text, files, {}, label)
+
+    def apply_recorded(self, mod_id: str) -> ReloadResult:
+        """Swap in :meth:`recorded_package` through the usual dry run: how a rollback or
+        reset of one of the mod's files in the store reaches the running game. The files
+        on disk are not touched; the next save of the mod's folder reloads from disk.
+
+        Raises:
+            ModError: as :meth:`recorded_package`.
+        """
+        return self.apply(self.recorded_package(mod_id))
+
     def restore(self) -> list[ReloadResult]:
         """Load the versions the store lists as active, as they were when they went live.
 
