@@ -15,62 +15,18 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
+from store_damage import KEYS, PAGE, files, fill, middle_page, overwrite, source
 
 from moonbox.store import Store, StoreCorrupt, StoreError
 from moonbox.store._errors import FINDING_MAX_CHARS, FINDINGS_MAX
-
-KEYS = 400
-PAGE = 4096
-
-
-class Balance(BaseModel):
-    hp: int
-
-
-def _source(i: int, rev: int) -> str:
-    return f"-- mod{i:04d} revision {rev}\nlocal wave = {rev}\n" + "spawn('goblin', wave)\n" * 4
-
-
-def _fill(path: Path, keys: int = KEYS) -> None:
-    """``keys`` script keys of three revisions (the middle one failed), and 20 data keys."""
-    with Store(path, durable=False, clock=lambda: 1_700_000_000.0) as s:
-        for i in range(keys):
-            key = f"mod{i:04d}:main"
-            s.scripts.record_success(key, _source(i, 1), author="human")
-            s.scripts.record_failure(key, _source(i, 2), error="main.lua:2: boom")
-            s.scripts.record_success(key, _source(i, 3), role="programmer")
-        for i in range(20):
-            s.data.register(f"balance{i}", Balance, {"hp": 1})
-            s.data.record_success(f"balance{i}", {"hp": i})
 
 
 @pytest.fixture
 def filled(tmp_path: Path) -> Path:
     path = tmp_path / "game.db"
-    _fill(path)
+    fill(path)
     assert not Path(f"{path}-wal").exists()  # closed: everything is in the file
     return path
-
-
-def _overwrite(path: Path, offset: int, count: int, seed: int = 0) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        f.write(random.Random(seed).randbytes(count))
-
-
-def _files(path: Path) -> dict[str, bytes]:
-    """The store file and its WAL, as bytes (an empty WAL, which a read-only connection
-    creates, is as good as none)."""
-    out: dict[str, bytes] = {}
-    for suffix in ("", "-wal"):
-        p = Path(f"{path}{suffix}")
-        out[suffix or "db"] = p.read_bytes() if p.exists() else b""
-    return out
-
-
-def _middle_page(path: Path) -> int:
-    return (path.stat().st_size // PAGE // 2) * PAGE
 
 
 def _check_error(exc: StoreError, path: Path) -> None:
@@ -127,7 +83,7 @@ def _reads(store: Store) -> list[object]:
 # --- a page overwritten in the middle of the file ----------------------------------------
 
 def test_a_page_overwritten_in_the_middle_opens_read_only(filled):
-    _overwrite(filled, _middle_page(filled), PAGE)
+    overwrite(filled, middle_page(filled), PAGE)
     with Store(filled) as store:
         assert store.read_only and store.corruption is not None
         _check_error(store.corruption, filled)
@@ -139,18 +95,18 @@ def test_a_page_overwritten_in_the_middle_opens_read_only(filled):
 
 @pytest.mark.parametrize("write", sorted(WRITES))
 def test_a_damaged_store_refuses_every_write_and_writes_nothing(filled, write):
-    _overwrite(filled, _middle_page(filled), PAGE)
-    before = _files(filled)
+    overwrite(filled, middle_page(filled), PAGE)
+    before = files(filled)
     with Store(filled) as store:
         with pytest.raises(StoreCorrupt) as exc:
             WRITES[write](store)
         _check_error(exc.value, filled)
         assert "nothing was written" in str(exc.value)
-    assert _files(filled) == before
+    assert files(filled) == before
 
 
 def test_export_salvages_every_readable_key_and_names_what_was_lost(filled, tmp_path):
-    _overwrite(filled, _middle_page(filled), PAGE)
+    overwrite(filled, middle_page(filled), PAGE)
     with Store(filled) as store:
         data = store.export()
         out = tmp_path / "salvage.json"
@@ -170,7 +126,7 @@ def test_export_salvages_every_readable_key_and_names_what_was_lost(filled, tmp_
         i = int(key[3:7])
         revs = {r["rev"]: r for r in entry["revisions"]}
         for rev, r in revs.items():
-            assert r["source"] == _source(i, rev)
+            assert r["source"] == source(i, rev)
         named = {e["rev"] for e in lost if e["key"] == key and e["what"] == "revision"}
         assert set(revs) | named == {1, 2, 3}, key  # each revision is exported or named
         assert entry["current"] in revs and revs[entry["current"]]["outcome"] == "ok"
@@ -194,7 +150,7 @@ def test_an_export_of_a_sound_store_has_no_lost_list(filled):
 def test_a_file_cut_short(filled):
     with open(filled, "r+b") as f:
         f.truncate(filled.stat().st_size // 2 + 100)  # not even a whole page
-    before = _files(filled)
+    before = files(filled)
     with Store(filled) as store:
         _check_error(store.corruption, filled)
         assert "cut short" in store.corruption.findings[0]
@@ -203,11 +159,11 @@ def test_a_file_cut_short(filled):
         assert 0 < len(data["keys"]) < KEYS and data["lost"]
         with pytest.raises(StoreCorrupt):
             store.scripts.record_success("mod0001:main", "return 1")
-    assert _files(filled) == before
+    assert files(filled) == before
 
 
 def test_a_destroyed_first_page(filled):
-    _overwrite(filled, 100, PAGE - 100)  # the header survives, the schema does not
+    overwrite(filled, 100, PAGE - 100)  # the header survives, the schema does not
     with Store(filled) as store:
         _check_error(store.corruption, filled)
         assert all(isinstance(r, StoreError) for r in _reads(store))
@@ -216,7 +172,7 @@ def test_a_destroyed_first_page(filled):
 
 
 def test_a_header_with_a_page_size_sqlite_never_writes(filled):
-    _overwrite(filled, 16, 2, seed=3)
+    overwrite(filled, 16, 2, seed=3)
     with Store(filled) as store:
         _check_error(store.corruption, filled)
         assert all(isinstance(r, StoreError) for r in _reads(store))
@@ -226,7 +182,7 @@ def test_a_header_with_a_page_size_sqlite_never_writes(filled):
 def test_damage_the_open_check_did_not_cover(filled):
     """Above check_max_bytes only the keys table is checked on open; a read that meets
     damage elsewhere, or check(), makes the store read-only from then on."""
-    _overwrite(filled, _middle_page(filled), PAGE)
+    overwrite(filled, middle_page(filled), PAGE)
     with Store(filled, check_max_bytes=PAGE) as store:
         assert store.check_scope == "keys" and store.corruption is None
         assert store.check() is not None and store.read_only
@@ -238,13 +194,13 @@ def test_damage_the_open_check_did_not_cover(filled):
 
 
 def test_a_read_that_meets_damage_makes_the_store_read_only(filled):
-    before = _files(filled)
+    before = files(filled)
     with Store(filled, check_max_bytes=0) as store:
         assert store.corruption is None
         errors = [r for r in _reads(store) if isinstance(r, StoreError)]
         assert errors == []
-    _overwrite(filled, _middle_page(filled), PAGE)
-    before = _files(filled)
+    overwrite(filled, middle_page(filled), PAGE)
+    before = files(filled)
     with Store(filled, check_max_bytes=0) as store:
         errors = [r for r in _reads(store) if isinstance(r, StoreCorrupt)]
         assert errors and store.read_only
@@ -252,12 +208,12 @@ def test_a_read_that_meets_damage_makes_the_store_read_only(filled):
         assert "found while reading" in str(errors[0]) or "found while listing" in str(errors[0])
         with pytest.raises(StoreCorrupt):
             store.scripts.record_success("mod0001:main", "return 1")
-    assert _files(filled) == before
+    assert files(filled) == before
 
 
 def test_content_changed_under_its_hash(filled):
     """Bytes changed inside a revision's text break no page: only its hash tells."""
-    marker = _source(123, 3).encode()
+    marker = source(123, 3).encode()
     raw = filled.read_bytes()
     offset = raw.index(marker) + 12
     assert raw.count(marker) == 1
@@ -284,9 +240,9 @@ def test_content_changed_under_its_hash(filled):
         (entry,) = [k for k in data["keys"] if k["key"] == "mod0123:main"]
         assert entry["current"] == 1
         assert len(data["keys"]) == KEYS + 21
-        before = _files(filled)
+        before = files(filled)
     # Closing a store found damaged does not checkpoint its WAL into the file.
-    assert _files(filled) == before and before["-wal"] == wal
+    assert files(filled) == before and before["-wal"] == wal
 
 
 @pytest.mark.parametrize("make, code", [
@@ -331,11 +287,11 @@ def test_an_empty_file_with_a_write_ahead_log(filled, tmp_path):
     path = tmp_path / "cut.db"
     path.write_bytes(b"")
     Path(f"{path}-wal").write_bytes(random.Random(4).randbytes(3 * (PAGE + 24) + 32))
-    before = _files(path)
+    before = files(path)
     with Store(path) as store:
         _check_error(store.corruption, path)
         assert "write-ahead log" in store.corruption.findings[0]
-    assert _files(path) == before
+    assert files(path) == before
 
 
 def test_a_path_that_cannot_be_opened(tmp_path):
@@ -379,7 +335,7 @@ def _crashed(tmp_path: Path, commits: int) -> Path:
     store = Store(live)
     try:
         for i in range(commits):
-            store.scripts.record_success(f"k{i:03d}", _source(i, 1) * 8)
+            store.scripts.record_success(f"k{i:03d}", source(i, 1) * 8)
         for suffix in ("", "-wal"):
             shutil.copy(f"{live}{suffix}", f"{path}{suffix}")
     finally:
@@ -401,8 +357,8 @@ def test_a_crash_leaves_a_sound_store(tmp_path):
 def test_a_wal_damaged_in_the_middle_is_found_and_kept(tmp_path):
     path = _crashed(tmp_path, 40)
     frames = _frames(path)
-    _overwrite(Path(f"{path}-wal"), 32 + (frames // 2) * (PAGE + 24) + 300, 64)
-    before = _files(path)
+    overwrite(Path(f"{path}-wal"), 32 + (frames // 2) * (PAGE + 24) + 300, 64)
+    before = files(path)
     with Store(path) as store:
         _check_error(store.corruption, path)
         assert "write-ahead log" in store.corruption.findings[0]
@@ -411,23 +367,23 @@ def test_a_wal_damaged_in_the_middle_is_found_and_kept(tmp_path):
         assert 0 < len(data["keys"]) < 40
         with pytest.raises(StoreCorrupt):
             store.scripts.record_success("k999", "return 1")
-    assert _files(path) == before  # the log is still there, for whoever can mend it
+    assert files(path) == before  # the log is still there, for whoever can mend it
 
 
 def test_a_wal_with_a_damaged_header(tmp_path):
     path = _crashed(tmp_path, 10)
-    _overwrite(Path(f"{path}-wal"), 0, 32)
-    before = _files(path)
+    overwrite(Path(f"{path}-wal"), 0, 32)
+    before = files(path)
     with Store(path) as store:
         _check_error(store.corruption, path)
         assert "damaged header" in store.corruption.findings[0]
-    assert _files(path) == before
+    assert files(path) == before
 
 
 def test_a_torn_last_frame_is_a_crash_not_damage(tmp_path):
     """A write cut off in its last frame loses that commit, as any crash does."""
     path = _crashed(tmp_path, 10)
-    _overwrite(Path(f"{path}-wal"), Path(f"{path}-wal").stat().st_size - 200, 100)
+    overwrite(Path(f"{path}-wal"), Path(f"{path}-wal").stat().st_size - 200, 100)
     with Store(path) as store:
         assert store.corruption is None
         assert len(store.keys()) == 9
