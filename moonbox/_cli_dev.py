@@ -19,7 +19,7 @@ from rich.markup import escape
 
 from .bindings import Permissions
 from .sandbox import parse_size
-from .store import Store
+from .store import Store, StoreError
 
 __all__ = ["dev"]
 
@@ -89,6 +89,9 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
     fresh worker. A --game factory gets the isolation options as keywords (isolation,
     workers, worker_memory_bytes); one that cannot take them is a usage error.
 
+    A damaged versions store is read-only for the session: what it can still read is
+    restored, nothing is recorded, and the start says how to recover it.
+
     To start from the example arena: moonbox dev my-mods --init, then edit
     my-mods/scoreboard/main.lua while it runs.
     """
@@ -96,6 +99,7 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
     from .mods._dev import (
         DevSession,
         describe_result,
+        describe_store,
         describe_workers,
         game_factory,
         render,
@@ -131,7 +135,15 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
     elif workers is not None or worker_memory is not None:
         console.print("[red]--workers and --worker-memory need --isolate[/]")
         sys.exit(EXIT_USAGE)
-    store = None if no_store else Store(store_path or mods_dir / ".moonbox-versions.db")
+    store = None
+    if not no_store:
+        try:
+            store = Store(store_path or mods_dir / ".moonbox-versions.db")
+        except StoreError as exc:
+            console.print(f"[red]{escape(str(exc))}\nrunning without a versions store this "
+                          "session: nothing is restored or recorded[/]")
+        for line in describe_store(store):
+            console.print(f"[yellow]{escape(line)}[/]")
     game = factory(**options)
     host = ModHost(game, mods_dir, policy=Permissions(mode=grant_mode), store=store,  # type: ignore[arg-type]
                    label=mods_dir.name or "mods")
