@@ -316,8 +316,8 @@ def _salvage_summary(store: Store, lost: list[dict[str, Any]], path: Path) -> No
     if len(lost) > 10:
         click.echo(f"  ... and {len(lost) - 10} more", err=True)
     saved = "the export" if str(path) == "-" else str(path)
-    click.echo(f"next: move {store.path} aside, then moonbox versions import {saved} --store "
-               f"{store.path}", err=True)
+    click.echo(f"next: move {store.path} and {store.path}-wal aside, then moonbox versions "
+               f"import {saved} --store {store.path}", err=True)
 
 
 @versions.command("import")

@@ -146,8 +146,8 @@ def describe_store(store: Store | None) -> list[str]:
         f"versions store {path} is damaged: {store.corruption.findings[0]}",
         "it is read-only for this session: what it can still read is restored, nothing is "
         "recorded and nothing is written to it",
-        f"to recover: moonbox versions export FILE --store {path}, move {path} aside, then "
-        f"moonbox versions import FILE --store {path}",
+        f"to recover: moonbox versions export FILE --store {path}, move {path} and "
+        f"{path}-wal aside, then moonbox versions import FILE --store {path}",
     ]
 
 

@@ -50,7 +50,7 @@ class StoreError(MoonboxError):
     - ``key_exists``: an import would overwrite keys already in the store.
     - ``invalid_export``: an import file that is not a well-formed export.
     - ``no_store``: no store file at the path, or an empty one (and creating one was not
-      asked for).
+      asked for), or only the WAL of one (creating a store would delete it).
     - ``not_a_store``: the path holds something else: a directory, a file that is not an
       SQLite database, or an SQLite database that is not a versions store.
     - ``schema_too_new``: the file was written by a newer moonbox.
@@ -109,7 +109,8 @@ class StoreCorrupt(StoreError):
 
     The fix: export what is still readable (:meth:`Store.export_json`, or
     ``moonbox versions export FILE``; the export skips what it cannot read and lists it),
-    move the damaged file aside, and import the export into a new store.
+    move the damaged file aside with its WAL (``FILE-wal``: left behind, a new store at the
+    path would have SQLite delete it), and import the export into a new store.
 
     Attributes:
         path: the store's file.
@@ -138,7 +139,7 @@ class StoreCorrupt(StoreError):
             f"the versions store {path} is damaged ({shown[0]}; found while {doing}{also}); "
             f"{'nothing was written; ' if refused else ''}it is read-only now: export what "
             f"is still readable (moonbox versions export FILE --store {path}), then move "
-            f"{path} aside and import the export into a new store"
+            f"{path} and {path}-wal aside and import the export into a new store"
         )
         super().__init__(message, code="corrupt_store", kind=kind, key=key, rev=rev, path=path,
                          findings=shown)

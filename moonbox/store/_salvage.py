@@ -3,8 +3,8 @@
 A damaged page stops a plain table scan at the first row on it, and loses every row
 after. So each table is read in rowid order; where the read breaks, the next row the
 table can still reach is found by probing rowids (doubling the step, then halving it
-back), so one damaged page costs the rows on it and about a hundred probes, not the rest
-of the table. The unique indexes are separate trees that name every key and revision
+back), so one damaged page costs the rows on it and at most about 130 probes, not the
+rest of the table. The unique indexes are separate trees that name every key and revision
 (and its rowid) without the table's pages: what they name and the scan missed is read
 again by rowid, and what still fails is listed by name.
 

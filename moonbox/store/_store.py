@@ -299,6 +299,14 @@ class Store:
         try:
             info = path.stat()
         except FileNotFoundError:
+            left = _size(Path(f"{path}-wal"))
+            if left:
+                # Creating a file here would have SQLite delete the log of another store.
+                raise StoreError(
+                    f"no versions store at {path}, but {path}-wal is there ({left} bytes): "
+                    "the write-ahead log of a store moved or deleted without it; put it back "
+                    "beside its store, or move it aside, then open again", code="no_store",
+                    path=str(path)) from None
             if not create:
                 raise StoreError(
                     f"no versions store at {path}; pass the path of an existing store, or "

@@ -250,15 +250,17 @@ def test_export_salvages_a_damaged_store(damaged, tmp_path):
     assert f"{len(data['lost'])} things could not be read" in result.stderr
     first = data["lost"][0]
     assert f"  lost {first['what']}: {first['kind']} {first['key']}" in result.stderr
-    assert f"next: move {damaged} aside, then moonbox versions import {out}" in result.stderr
+    assert (f"next: move {damaged} and {damaged}-wal aside, then moonbox versions import {out}"
+            in result.stderr)
     report = invoke("export", str(out), "--store", str(damaged), "--json")
     assert report.exit_code == 0
     assert json.loads(report.stdout) == {"path": str(out), "keys": len(data["keys"]),
                                          "lost": data["lost"]}
     to_stdout = invoke("export", "-", "--store", str(damaged))
     assert to_stdout.exit_code == 0 and json.loads(to_stdout.stdout)["lost"] == data["lost"]
-    # The recovery the message names: move the file aside, import the export.
-    damaged.rename(tmp_path / "damaged.db.bad")
+    # The recovery the message names: move the file and its WAL aside, import the export.
+    for suffix in ("", "-wal"):
+        Path(f"{damaged}{suffix}").rename(tmp_path / f"damaged.db.bad{suffix}")
     result = invoke("import", str(out), "--store", str(damaged))
     assert result.exit_code == 0 and result.stderr == ""
     assert invoke("list", "--store", str(damaged), "--json").stderr == ""

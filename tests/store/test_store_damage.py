@@ -294,6 +294,20 @@ def test_an_empty_file_with_a_write_ahead_log(filled, tmp_path):
     assert files(path) == before
 
 
+def test_a_wal_left_behind_is_never_deleted(tmp_path):
+    """A store moved without its WAL: creating a store at the path would have SQLite
+    delete that log, and the commits in it."""
+    path = _crashed(tmp_path, 5)
+    moved = tmp_path / "moved.db"
+    path.rename(moved)
+    wal = Path(f"{path}-wal").read_bytes()
+    for create in (True, False):
+        with pytest.raises(StoreError) as exc:
+            Store(path, create=create)
+        assert exc.value.code == "no_store" and f"{path}-wal is there" in str(exc.value)
+    assert not path.exists() and Path(f"{path}-wal").read_bytes() == wal
+
+
 def test_a_path_that_cannot_be_opened(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(StoreError) as exc:
