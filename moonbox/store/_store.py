@@ -470,8 +470,8 @@ class Store:
         """Swap the read-write connection for a read-only one, which no close can make
         write (SQLite checkpoints the WAL into the file when its last writer closes)."""
         conn = self._conn
-        if conn is None or self._conn_read_only:
-            return
+        if conn is None or self._conn_read_only or conn.in_transaction:
+            return  # (in a transaction: at the next use, once it has ended)
         self._conn_read_only = True
         with suppress(sqlite3.DatabaseError):
             conn.execute("PRAGMA query_only = 1")
