@@ -170,12 +170,14 @@ def wal_damage(path: Path, page_size: int) -> str | None:
 
     Call it after a connection has read the file, so that the WAL index (``FILE-shm``)
     says how many frames SQLite accepted. A crash can leave frames past those: the
-    transaction it interrupted, its commit frame perhaps torn, and nothing after it.
-    Damage leaves more: frames of the same log (the same salts) after a commit SQLite
-    dropped. A damaged log header hides the whole log from SQLite; only a log longer than
-    one frame can have held a commit. The frames are read before the index, so a writer
-    in another process, which updates the index before it writes past a commit, is never
-    taken for damage.
+    transaction it interrupted, its commit frame perhaps torn, and what is left of
+    transactions rolled back or interrupted before (their frames are written over from the
+    accepted end, so a shorter one leaves the tail of a longer one), each with at most
+    its one torn commit frame. Damage leaves more: two or more commits of the same log
+    (the same salts) past the accepted end. A damaged log header hides the whole log from
+    SQLite; only a log longer than one frame can have held a commit. The frames are read
+    before the index, so a writer in another process, which updates the index before it
+    writes past a commit, is never taken for damage.
     """
     wal = Path(f"{path}-wal")
     try:
@@ -203,11 +205,11 @@ def wal_damage(path: Path, page_size: int) -> str | None:
         f.seek(0)
         if accepted is None or f.read(_WAL_HEADER_BYTES) != header:
             return None  # no index to compare with, or the log started over meanwhile
-    beyond = [commit for i, commit in ours if i >= accepted]
-    if True not in beyond or beyond.index(True) == len(beyond) - 1:
-        return None  # at most the one interrupted transaction
+    commits = sum(commit for i, commit in ours if i >= accepted)
+    if commits < 2:
+        return None  # at most what a crash leaves
     return (f"the write-ahead log {wal.name} is damaged after frame {accepted}: SQLite "
-            f"drops the {beyond.count(True)} commits after it")
+            f"drops the {commits} commits after it")
 
 
 def _wal_header_ok(header: bytes, page_size: int) -> bool:
