@@ -41,10 +41,10 @@ def test_subpackage_names():
     ]
 
     assert moonbox.store.__all__ == [
-        "DEFAULT_MAX_REVISIONS", "EXPORT_FORMAT", "EXPORT_FORMAT_VERSION", "KEY_MAX_CHARS",
-        "MIN_MAX_REVISIONS", "SCHEMA_VERSION", "DataOverlays", "KeyInfo", "Kind", "Outcome",
-        "Revision", "RevisionRef", "ScriptVersions", "Store", "StoreError", "StoreErrorCode",
-        "apply_overlay", "store_bindings",
+        "CHECK_MAX_BYTES", "DEFAULT_MAX_REVISIONS", "EXPORT_FORMAT", "EXPORT_FORMAT_VERSION",
+        "KEY_MAX_CHARS", "MIN_MAX_REVISIONS", "SCHEMA_VERSION", "DataOverlays", "KeyInfo",
+        "Kind", "Outcome", "Revision", "RevisionRef", "ScriptVersions", "Store",
+        "StoreCorrupt", "StoreError", "StoreErrorCode", "apply_overlay", "store_bindings",
     ]
     for name in moonbox.store.__all__:
         assert hasattr(moonbox.store, name)

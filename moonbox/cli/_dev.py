@@ -20,7 +20,7 @@ from rich.markup import escape
 from .._errors import ConfigError, MoonboxError
 from ..bindings import Permissions
 from ..sandbox import parse_size
-from ..store import Store
+from ..store import Store, StoreError
 
 __all__ = ["dev"]
 
@@ -105,6 +105,9 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
     tick health, the live log, errors with their source lines, versions (diff, rollback,
     reset), workers, the world and the event queues, while the game runs.
 
+    A damaged versions store is read-only for the session: what it can still read is
+    restored, nothing is recorded, and the start says how to recover it.
+
     To start from the example arena: moonbox dev my-mods --init, then edit
     my-mods/scoreboard/main.lua while it runs.
     """
@@ -112,6 +115,7 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
     from ..mods._dev import (
         DevSession,
         describe_result,
+        describe_store,
         describe_workers,
         game_factory,
         render,
@@ -169,7 +173,15 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
             console.print(f"[red]--dashboard needs {escape(str(exc.name))}: "
                           f"{escape(INSTALL_HINT)}[/]")
             sys.exit(EXIT_USAGE)
-    store = None if no_store else Store(store_path or mods_dir / ".moonbox-versions.db")
+    store = None
+    if not no_store:
+        try:
+            store = Store(store_path or mods_dir / ".moonbox-versions.db")
+        except StoreError as exc:
+            console.print(f"[red]{escape(str(exc))}\nrunning without a versions store this "
+                          "session: nothing is restored or recorded[/]")
+        for line in describe_store(store):
+            console.print(f"[yellow]{escape(line)}[/]")
     game = factory(**options)
     host = ModHost(game, mods_dir, policy=Permissions(mode=grant_mode), store=store,  # type: ignore[arg-type]
                    label=mods_dir.name or "mods")
