@@ -30,8 +30,8 @@ def test_subpackage_names():
     assert moonbox.sandbox.__all__ == [
         "ALLOWED_GLOBALS", "ALLOWED_LIBRARIES", "Budget", "Chunk", "DENIED", "FunctionHandle",
         "HostCall",
-        "HostFunction", "LUA_KEYWORDS", "Outcome", "Run", "Sandbox", "Stats", "Status", "ValueLimits",
-        "parse_size",
+        "HostFunction", "LUA_KEYWORDS", "Outcome", "Run", "STALL_MARGIN_S", "Sandbox", "Stall",
+        "Stats", "Status", "ValueLimits", "Watchdog", "parse_size",
     ]
     assert moonbox.bindings.__all__ == [
         "AddArgs", "Answer", "ApprovalRequest", "Approver", "Binding", "CallInfo", "Decision",

@@ -12,7 +12,7 @@ import json
 import math
 from concurrent.futures import Future
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from sse_starlette import EventSourceResponse
@@ -23,10 +23,22 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._errors import MoonboxError
-from ._actions import ActionError
+from ._access import Access
+from ._actions import ActionError, Actions
+from ._recorder import Published, Recorder
 
-if TYPE_CHECKING:
-    from ._dashboard import Dashboard
+
+class Dashboard(Protocol):
+    """What the web side uses of a :class:`~moonbox.dashboard.Dashboard` (which builds this
+    app, so the app names it through this protocol rather than importing it)."""
+
+    access: Access
+    actions: Actions
+    recorder: Recorder
+    store: Any
+    closing: bool
+
+    def published(self) -> Published: ...
 
 __all__ = ["ACTION_TIMEOUT_S", "STREAM_INTERVAL_S", "build_app"]
 

@@ -25,7 +25,7 @@ from ..isolation import (
     WorkerPool,
     WorkerStats,
 )
-from ..sandbox import Budget, FunctionHandle, HostCall, Outcome, Sandbox
+from ..sandbox import Budget, FunctionHandle, HostCall, Outcome, Sandbox, Watchdog
 from ..world import CommandResult, World, world_bindings
 from ._bindings import EngineServices, engine_bindings
 from ._errors import EngineError
@@ -215,6 +215,7 @@ class Game:
         wall_margin_s: float | None = None,
         pool: WorkerPool | None = None,
         spare_workers: int | None = None,
+        watchdog: bool = False,
     ) -> None:
         if isolation not in ("none", "process"):
             raise ConfigError(f"isolation must be 'none' or 'process', not {isolation!r}")
@@ -253,6 +254,12 @@ class Game:
         self.seed = seed
         self.permissions = permissions or Permissions()
         self.jit = jit
+        if watchdog and isolation != "none":
+            raise ConfigError("watchdog is an option of in-process games: an isolated game's "
+                              "workers are killed on a wall overrun already")
+        # One runner thread for every mod's resumes: a mod stuck in one VM operation past
+        # its wall budget and margin is abandoned, not waited for (docs/threat-model.md).
+        self._watchdog = Watchdog() if watchdog else None
         self._scope = self.registry.scope("game")
         services = EngineServices(
             mod_for=self._mod_for, add_callback=self._add_callback, cancel=self._cancel,
@@ -360,7 +367,8 @@ class Game:
                                           respawn="next_call",
                                           deterministic=self.seed is not None)
             else:
-                sandbox = api.sandbox(budget, jit=self.jit, deterministic=self.seed is not None)
+                sandbox = api.sandbox(budget, jit=self.jit, deterministic=self.seed is not None,
+                                      watchdog=self._watchdog or False)
         except BaseException:
             api.close()
             raise
@@ -835,6 +843,10 @@ class Game:
         if mod._isolated and mod.sandbox.lost:  # type: ignore[union-attr]
             return None  # built again before its next dispatch, not in the middle of this one
         handle = mod._dispatch
+        if getattr(mod.sandbox, "abandoned", False):
+            self._lost(mod, "its runtime was stuck in one operation past its wall budget and "
+                       "margin, and was abandoned (the watchdog stopped waiting for it)")
+            return None
         if handle is None or not handle.valid:
             self._lost(mod, "lost its runtime")
             return None

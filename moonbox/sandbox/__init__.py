@@ -8,6 +8,7 @@ from ._outcome import Outcome, Stats, Status
 from ._run import Chunk, Run
 from ._sandbox import Sandbox
 from ._tokenizer import KEYWORDS as LUA_KEYWORDS
+from ._watchdog import STALL_MARGIN_S, Stall, Watchdog
 
 __all__ = [
     "ALLOWED_GLOBALS",
@@ -21,9 +22,12 @@ __all__ = [
     "LUA_KEYWORDS",
     "Outcome",
     "Run",
+    "STALL_MARGIN_S",
     "Sandbox",
+    "Stall",
     "Stats",
     "Status",
     "ValueLimits",
+    "Watchdog",
     "parse_size",
 ]

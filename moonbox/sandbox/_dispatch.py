@@ -168,6 +168,27 @@ class FunctionHandle:
         return f"<FunctionHandle {self.where}{'' if self.valid else ' (invalid)'}>"
 
 
+class _Refused:
+    """The host function the dispatcher finds behind every index of an abandoned runtime."""
+
+    name = "host"
+
+    def __call__(self, call: HostCall, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        raise BindingError("the runtime was abandoned: no host function answers it [abandoned]",
+                           reason="abandoned")
+
+
+class AbandonedEntries:
+    """What a sandbox's entries become when its runtime is abandoned (stuck in one VM
+    operation past its deadline, see _watchdog.py): when that operation returns and the
+    mod calls the host, nothing of the host runs."""
+
+    _entry = (_Refused(), "host", _Refused())
+
+    def __getitem__(self, index: int) -> tuple[Any, str, Any]:
+        return self._entry
+
+
 def dispatch(sb: SandboxState, index: int, *args: Any) -> Any:
     """Serves the call of host function ``index`` from Lua (bound to its sandbox, the
     one Python object the runtime holds)."""

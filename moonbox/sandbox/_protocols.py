@@ -63,6 +63,15 @@ class SandboxState(Protocol):
     _h_flat_argument: Any
     _h_check_argument: Any
     _pairs: Any
+    _watchdog: Any
+    _margin_s: float
+    _margin_now: float
+    _late_s: float
+    abandoned: bool
+
+    def _stall_at(self) -> float: ...
+
+    def _abandon(self) -> None: ...
 
     def start(self, source: Any, chunk: str = ...) -> Any: ...
 

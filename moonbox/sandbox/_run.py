@@ -5,14 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .._errors import HostError, SandboxClosed, ScriptError
+from .._errors import BudgetExceeded, HostError, SandboxClosed, ScriptError
 from ._budget import Budget
 from ._lua import lua
 from ._marshal import to_lua
-from ._outcome import FINISHED, YIELDED, Outcome, Stats, Status
+from ._outcome import DONE, FINISHED, PREEMPTED, YIELDED, Outcome, Stats, Status
 from ._protocols import SandboxState
 from ._script_errors import ended_outcome
 from ._values import MAX_EXACT_INT, MIN_EXACT_INT, all_scalar, resume_values
+from ._watchdog import Stall, stall_margin_s
 
 __all__ = ["Chunk", "Run"]
 
@@ -23,6 +24,8 @@ MAX_REPORTS_TOTAL_CHARS = 256 << 10
 _tuple_new = tuple.__new__
 # At most this many arguments of a resume cross without conversion.
 _FAST_ARGS = 8
+# What a resume ended in when it ended plainly (not in a trip or an error of its own).
+_PLAIN_ENDS = frozenset({YIELDED, DONE, PREEMPTED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,12 +127,16 @@ class Run:
         sb._running = self
         # Callables held in slots are read, then called: a call straight on the attribute
         # takes CPython's generic method lookup every time.
-        clock, lua_resume = sb._clock, sb._h_resume
+        clock, lua_resume, watchdog = sb._clock, sb._h_resume, sb._watchdog
         start = clock()
         sb._start = start
         sb._deadline = start + sb._wall_s_limit
         try:
-            if args:
+            if watchdog is not None:
+                sb._margin_now = sb._margin_s
+                res = watchdog.call(sb._stall_at, clock, lua_resume, self._id, start,
+                                    growth_limited, *args)
+            elif args:
                 res = lua_resume(self._id, start, growth_limited, *args)
             else:
                 res = lua_resume(self._id, start, growth_limited)
@@ -142,6 +149,10 @@ class Run:
             sb._running = None
         wall = clock() - start
         self.resumes += 1
+        if wall > sb._late_s:
+            late = self._late(res, first, wall, growth_limited, sb._late_s)
+            if late is not None:
+                return late
         if type(res) is tuple:
             if len(res) == 2:
                 # A yield of nothing, the commonest answer: the prelude sends the two
@@ -210,8 +221,13 @@ class Run:
         start = sb._clock()
         sb._start = start
         sb._deadline = start + budget.wall_s
+        margin = sb._margin_now = stall_margin_s(budget.wall_s)
+        watchdog = sb._watchdog
         try:
-            if args:
+            if watchdog is not None:
+                res = watchdog.call(sb._stall_at, sb._clock, sb._h_resume, self._id, start,
+                                    growth_limited, *(lua_args if args else ()))
+            elif args:
                 res = sb._h_resume(self._id, start, growth_limited, *lua_args)
             else:
                 res = sb._h_resume(self._id, start, growth_limited)
@@ -224,6 +240,10 @@ class Run:
             sb._running = None
         wall = sb._clock() - start
         self.resumes += 1
+        if wall > budget.wall_s + margin:
+            late = self._late(res, first, wall, growth_limited, budget.wall_s + margin)
+            if late is not None:
+                return late
         if type(res) is tuple and len(res) == 2:  # a yield of nothing (see resume)
             res = (YIELDED, *res)
         if type(res) is tuple and res[0] == YIELDED:
@@ -246,6 +266,44 @@ class Run:
             return _tuple_new(Outcome, ("yielded", values, None, new,
                                         _tuple_new(Stats, (steps, peak, wall))))
         return self._ended(res, first, wall, growth_limited)
+
+    def _late(self, res: Any, first: int, wall: float, growth_limited: bool,
+              late_s: float) -> Outcome | None:
+        """A resume that ended past its wall budget and the stall margin: a time trip after
+        the fact, or (with a watchdog that stopped waiting) a stall. ``None`` when it ended
+        in a trip or error of its own, or when the time past the budget was excluded (an
+        approval it waited for): the usual outcome then stands."""
+        sb = self.sandbox
+        stalled = type(res) is Stall
+        if not stalled:
+            if wall - sb._excluded_in_resume() <= late_s:
+                return None
+            if type(res) is tuple and len(res) > 2 and res[0] not in _PLAIN_ENDS:
+                return None  # its own trip or error says more (and where)
+        budget = sb._lua_budget if sb._lua_budget is not None else sb.budget
+        reports = self.reports
+        new = tuple(reports[first:]) if len(reports) > first else ()
+        steps = peak = 0
+        if type(res) is tuple:
+            steps, peak = (res[0], res[1]) if len(res) == 2 else (res[1], res[2])
+        self._wall_s += wall
+        self._steps += steps
+        error = BudgetExceeded("time", budget.wall_s, wall, chunk=self.chunk.name)
+        if stalled:
+            error.message += (
+                "; it was stuck in one operation (a library call or a VM instruction the meter "
+                "cannot interrupt) past the margin, so its runtime was abandoned")
+            self.status = "budget"
+            self._open = False
+            sb._abandon()
+        else:
+            error.message += (
+                "; it ended late, counted after the fact: one operation ran long (a library "
+                "call or a VM instruction the meter cannot interrupt)")
+            self.status = "budget"
+            sb._close_run(self)
+        return _tuple_new(Outcome, ("budget", (), error, new,
+                                    _tuple_new(Stats, (steps, peak, wall))))
 
     def _ended(self, res: Any, first: int, wall: float, growth_limited: bool) -> Outcome:
         # Any outcome but a plain yield: values to copy, an error, a trip, the end. The

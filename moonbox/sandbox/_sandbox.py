@@ -18,7 +18,7 @@ from .._errors import (
     SourceTooLarge,
 )
 from ._budget import Budget
-from ._dispatch import FunctionHandle, HostCall, HostFunction, dispatch
+from ._dispatch import AbandonedEntries, FunctionHandle, HostCall, HostFunction, dispatch
 from ._environment import ALLOWED_GLOBALS, ALLOWED_LIBRARIES
 from ._instrument import ReservedNameError, instrument
 from ._lua import lua
@@ -33,6 +33,7 @@ from ._runtime import MAX_MESSAGE_BYTES as MAX_MESSAGE_BYTES
 from ._script_errors import POSITION
 from ._tokenizer import LuaTokenError
 from ._values import lua_text
+from ._watchdog import Watchdog, stall_margin_s
 
 # The report and message caps (imported as themselves above) are still read from here by
 # the isolated sandbox and the fuzzer: their home is _run.py and _runtime.py.
@@ -84,7 +85,8 @@ class Sandbox:
         "_host_functions", "_limit", "_loose_limit", "_lua_budget", "_max_memory",
         "_not_enough_memory", "_rt", "_running", "_runs", "_slow_name", "_start",
         "_wall_s_limit", "budget", "deterministic", "jit", "preempt", "replacements", "seed",
-        "value_limits", "__weakref__",
+        "value_limits", "__weakref__", "_watchdog", "_margin_s", "_margin_now", "_late_s",
+        "abandoned",
     )
 
     def __init__(
@@ -97,8 +99,17 @@ class Sandbox:
         value_limits: ValueLimits | None = None,
         seed: int | None = None,
         deterministic: bool = False,
+        watchdog: Watchdog | bool = False,
     ) -> None:
         self.budget = budget or Budget()
+        # With a watchdog, each resume runs on its runner thread and the host stops waiting
+        # at the deadline plus the stall margin: a runtime stuck in one VM operation is
+        # abandoned (see abandoned). Sandboxes used from one thread may share one.
+        self._watchdog: Watchdog | None = (
+            Watchdog() if watchdog is True else (watchdog or None))
+        self.abandoned = False
+        self._margin_s = self._margin_now = stall_margin_s(self.budget.wall_s)
+        self._late_s = self.budget.wall_s + self._margin_s
         self.jit = jit
         self.preempt = preempt
         self.value_limits = value_limits or ValueLimits()
@@ -186,6 +197,9 @@ class Sandbox:
 
     def _check_open(self) -> None:
         if self._closed:
+            if self.abandoned:
+                raise SandboxClosed("the sandbox's runtime was stuck in one operation past its "
+                                    "wall budget and was abandoned; make a new sandbox")
             raise SandboxClosed("the sandbox is closed")
 
     def close(self) -> None:
@@ -387,6 +401,19 @@ class Sandbox:
             )
         return Chunk(handle.chunk, 0, handle._key, handle._generation)
 
+    def _stall_at(self) -> float:
+        """When the host stops waiting for the running resume (the watchdog reads it)."""
+        return self._deadline + self._margin_now
+
+    def _abandon(self) -> None:
+        """The running resume is stuck in one VM operation past its deadline and margin:
+        nothing of the host touches this runtime again. Its host functions refuse, and the
+        sandbox closes; the runner thread holds the runtime until the operation returns."""
+        self.abandoned = True
+        self._entries = AbandonedEntries()  # type: ignore[assignment]
+        self._running = None
+        self.close()
+
     def _excluded_in_resume(self) -> float:
         """Seconds excluded from the running resume's wall budget so far."""
         if self._excluded_start != self._start:
@@ -437,6 +464,8 @@ class Sandbox:
         # The budget's figures the steady resume reads, copied: attribute reads on a
         # pydantic model take CPython's slow path (the class defines __getattr__).
         self._wall_s_limit = budget.wall_s
+        self._margin_s = stall_margin_s(budget.wall_s)
+        self._late_s = budget.wall_s + self._margin_s
         self._alloc_bytes = budget.alloc_bytes
         self._max_memory = budget.max_memory
         cap = budget.max_memory

@@ -176,3 +176,123 @@ def test_an_isolated_sandbox_refuses_a_huge_source_without_sending_it():
         with pytest.raises(SourceTooLarge):
             sb.load("--" + "x" * (50 << 20), "@big.lua")
         assert sb.run("return 'alive'").values == ("alive",) and sb.pid == pid
+
+
+# -- what one operation keeps long: counted after the fact, or not waited for --------------
+
+class _Blocking:
+    """A host function that blocks until released: one operation the meter cannot stop."""
+
+    cost = 1
+
+    def __init__(self, name: str, seconds: float | None = None) -> None:
+        import threading
+
+        self.name = name
+        self.release = threading.Event()
+        self.seconds = seconds
+        self.returned = threading.Event()
+
+    def __call__(self, call, args):
+        self.release.wait(self.seconds if self.seconds is not None else 60)
+        self.returned.set()
+        return ()
+
+
+def test_a_resume_that_ends_past_its_budget_and_margin_is_a_time_trip():
+    # Found by an attack review: a sort of long strings ran 3 s under a 1 s budget, status
+    # ok, every tick, forever. What ends late now counts as a time trip, after the fact.
+    from moonbox.sandbox import STALL_MARGIN_S
+
+    slow = _Blocking("slow", seconds=STALL_MARGIN_S + 0.5)
+    with Sandbox(Budget(wall_s=0.05), host_functions=[slow]) as sb:
+        out = sb.run("slow() return 'finished'", "@late.lua")
+        assert out.status == "budget" and out.error.budget == "time"
+        assert "after the fact" in out.error.message and out.error.chunk == "@late.lua"
+        assert out.values == ()
+        assert sb.run("return 'alive'").value == "alive"  # nothing was abandoned
+        # Within the margin, nothing changes: an ordinary resume stands.
+        quick = _Blocking("quick", seconds=0.0)
+    with Sandbox(Budget(wall_s=0.05), host_functions=[quick]) as sb:
+        assert sb.run("quick() return 'finished'").value == "finished"
+
+
+def test_a_late_yield_ends_the_run():
+    from moonbox.sandbox import STALL_MARGIN_S
+
+    slow = _Blocking("slow", seconds=STALL_MARGIN_S + 0.5)
+    with Sandbox(Budget(wall_s=0.05), host_functions=[slow]) as sb:
+        run = sb.start("slow() coroutine.yield(1) return 2", "@late.lua")
+        out = run.resume()
+        assert out.status == "budget" and run.finished
+
+
+def test_the_watchdog_stops_waiting_for_a_stuck_operation():
+    stuck = _Blocking("stuck")
+    report_after = []
+    with Sandbox(Budget(wall_s=0.1), host_functions=[stuck], watchdog=True) as sb:
+        started = time.perf_counter()
+        out = sb.run("stuck() report('after') return 'finished'", "@stuck.lua")
+        waited = time.perf_counter() - started
+        assert out.status == "budget" and out.error.budget == "time"
+        assert "abandoned" in out.error.message
+        assert sb.abandoned
+        with pytest.raises(Exception, match="abandoned"):
+            sb.run("return 1")
+        stuck.release.set()  # the operation returns: the stuck runtime finds the host gone
+        assert stuck.returned.wait(10)
+        report_after.append(out.reports)
+    assert waited < 30  # the host stopped waiting (the operation would have taken 60 s)
+    assert report_after == [()]
+
+
+def test_a_stuck_runtime_that_comes_back_reaches_nothing_of_the_host():
+    import threading
+
+    stuck = _Blocking("stuck")
+    calls = []
+
+    class _Spy:
+        name = "spy"
+        cost = 1
+
+        def __call__(self, call, args):
+            calls.append(threading.get_ident())
+            return ()
+
+    with Sandbox(Budget(wall_s=0.1), host_functions=[stuck, _Spy()], watchdog=True) as sb:
+        out = sb.run("stuck() for i = 1, 100 do pcall(spy) end", "@stuck.lua")
+        assert out.status == "budget" and sb.abandoned
+        stuck.release.set()
+        assert stuck.returned.wait(10)
+        time.sleep(0.2)  # the runtime's code after the operation runs on, and ends
+    assert calls == []
+
+
+def test_the_watchdog_stops_waiting_for_a_sort_of_long_strings():
+    # The attack itself: 4,096 references to one 1 MiB string, sorted natively (each
+    # comparison a full memcmp): seconds inside one library call.
+    source = """
+    local s = string.rep('x', 1048576)
+    local t = {}
+    for i = 1, 4096 do t[i] = s end
+    table.sort(t)
+    return 'sorted'
+    """
+    with Sandbox(Budget(wall_s=0.2, max_memory="64MB"), watchdog=True) as sb:
+        out = sb.run(source, "@sort.lua")
+        assert out.status == "budget" and out.error.budget == "time" and sb.abandoned
+
+
+def test_resumes_under_a_watchdog_behave_as_without():
+    from moonbox.sandbox import Watchdog
+
+    shared = Watchdog()
+    with Sandbox(watchdog=shared) as a, Sandbox(watchdog=shared) as b:
+        assert a.run("return 1 + 1").value == 2
+        run = b.start("local n = 0 while true do n = n + 1 coroutine.yield(n) end")
+        assert [run.resume().values for _ in range(3)] == [(1,), (2,), (3,)]
+        assert a.run("while true do end").budget == "steps"
+        out = a.run("error('boom')", "@e.lua")
+        assert out.status == "error" and out.error.line == 1
+    assert shared.stalls == 0
