@@ -489,7 +489,7 @@ def test_params_follow_field_order_and_optional_marks():
     assert lines[start:] [:9] == [
         "---Spawn a thing.",
         "---",
-        "---Risk: read; costs 1 step.",
+        "---Risk: write; costs 1 step.",
         "---@param kind string # what to spawn",
         "---@param at Pos",
         "---@param count? integer # (default 1)",
@@ -509,7 +509,7 @@ def test_result_class_and_nested_models():
         cells: list[Cell]
         total: int
 
-    text = render(bind("scan_area", Pos, result=Scan, cost=3))
+    text = render(bind("scan_area", Pos, result=Scan, cost=3, risk="read"))
     lines = lines_of(text)
     for line in ["---@class ScanAreaArgs", "---@class ScanAreaResult",
                  "---@field cells Cell[]", "---@field total integer",
