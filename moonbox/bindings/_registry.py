@@ -244,12 +244,19 @@ class Registry:
         return self._cancel(lambda a: (mod is None or a.request.mod == mod)
                             and (binding is None or a.request.binding == binding), reason)
 
-    def _track(self, approval: PendingApproval) -> bool:
+    def _track(self, approval: PendingApproval) -> str | None:
+        # Under the lock that removals and closes hold: a question is either tracked before
+        # one of them (and cancelled by it) or sees it here (and is never asked).
         with self._lock:
             if self._closed:
-                return False
+                return "the host is shutting down"
+            if approval.owner is not None and approval.owner._closed:
+                return "the mod was unloaded while its approval was pending"
+            binding = approval.binding
+            if binding is not None and self._bindings.get(binding.name) is not binding:
+                return "the binding was removed while its approval was pending"
             self._pending[approval.request.call_id] = approval
-            return True
+            return None
 
     def _untrack(self, approval: PendingApproval) -> None:
         with self._lock:
@@ -435,8 +442,9 @@ class ModApi:
                                   args.model_dump(mode="json"), call_id, prepared)
         approval = PendingApproval(request, binding, self)
         registry = self.registry
-        if not registry._track(approval):
-            approval.cancel("the host is shutting down")
+        gone = registry._track(approval)
+        if gone is not None:
+            approval.cancel(gone)
         else:
             try:
                 with call.excluded_time(self.approval_timeout_s):

@@ -376,3 +376,20 @@ def test_a_binding_that_unloads_its_own_mod_ends_aborted():
     assert out.error.message == "quit: the mod was unloaded while the call ran; its result " \
                                 "is dropped [aborted]"
     registry.close()
+
+
+def test_a_question_that_starts_after_its_mod_unloaded_is_never_asked():
+    # A call already past its availability check when the mod unloads (another thread):
+    # the question it then asks is cancelled at once, not left to wait out its timeout.
+    from moonbox import BindingError, HostCall
+
+    asker = Asker(30)
+    api = asker.api
+    binding = asker.registry.get("spawn")
+    api.close()
+    with pytest.raises(BindingError) as refused:
+        api._ask(binding, SpawnArgs(prefab="orc"), HostCall(None, None, "spawn"), 1)  # type: ignore[arg-type]
+    assert refused.value.reason == "approval_cancelled"
+    assert "the mod was unloaded" in str(refused.value)
+    assert asker.requests == []
+    asker.registry.close()
