@@ -43,20 +43,24 @@ class HostError(MoonboxError):
 
 # Reasons of a BindingError that refuse the call on the host's authority (permissions,
 # approval, a hook's veto): a mod that fails on one fails with kind ``denied``.
-DENIAL_REASONS = frozenset({"denied", "not_approved", "approval_timed_out", "vetoed"})
+DENIAL_REASONS = frozenset({"denied", "not_approved", "approval_timed_out",
+                            "approval_cancelled", "vetoed"})
 
 
 class BindingError(MoonboxError):
     """Raised by a host function to fail the call: the mod sees ``name: <this message>``.
 
     ``reason`` is a stable code for programs: ``invalid_arguments``, ``failed``, a denial
-    (``denied``, ``not_approved``, ``approval_timed_out``, ``vetoed``), ``unavailable``, or
-    a query refusal (``unknown_source``, ``refused``, ``timed_out``, ...).
+    (``denied``, ``not_approved``, ``approval_timed_out``, ``approval_cancelled``,
+    ``vetoed``), ``unavailable``, ``aborted``, ``refused``, a query refusal
+    (``unknown_source``, ``timed_out``, ...) or a host's own ``namespace:name``.
+    ``call_id`` is the id of the call that failed, when the bindings layer gave it one.
     """
 
     def __init__(self, message: str, *, reason: str = "invalid_arguments") -> None:
         super().__init__(message)
         self.reason = reason
+        self.call_id: int | None = None
 
     @property
     def denied(self) -> bool:

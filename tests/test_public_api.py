@@ -34,10 +34,11 @@ def test_subpackage_names():
         "Stats", "Status", "ValueLimits", "Watchdog", "parse_size",
     ]
     assert moonbox.bindings.__all__ == [
-        "AddArgs", "Answer", "ApprovalRequest", "Approver", "Binding", "CallInfo", "Decision",
-        "Hook", "LuaFunction", "LuaNumber", "MODES", "ModApi", "Mode", "Permissions", "QueryInfo",
-        "QuerySource", "REFUSAL_CODES", "Registry", "ReportArgs", "Risk", "Scope",
-        "ScopeClosed", "Veto", "add", "default_bindings", "render_stubs", "report",
+        "AddArgs", "Answer", "ApprovalRequest", "Approver", "BINDING_CODES", "Binding",
+        "CallInfo", "Decision", "Hook", "LuaFunction", "LuaNumber", "MODES", "ModApi", "Mode",
+        "Permissions", "QueryInfo", "QueryLimits", "QuerySource", "REFUSAL_CODES", "Reading",
+        "Refusal", "Registry", "ReportArgs", "Risk", "Scope", "ScopeClosed", "Veto", "add",
+        "default_bindings", "render_stubs", "report",
     ]
 
     assert moonbox.store.__all__ == [
