@@ -86,6 +86,8 @@ class TickReport:
         reports: ``(mod, line)`` for each ``report()``/``print()`` line.
         restored: mods built again in a fresh worker during the tick, after their worker
             was lost (isolated games only).
+        reports_dropped: mod id -> lines dropped past the report caps of one call (at
+            most 1,000 lines and 256 KiB per call; the call's last line then says so).
     """
 
     tick: int
@@ -96,6 +98,7 @@ class TickReport:
     quarantined: list[str] = field(default_factory=list)
     reports: list[tuple[str, str]] = field(default_factory=list)
     restored: list[str] = field(default_factory=list)
+    reports_dropped: dict[str, int] = field(default_factory=dict)
 
 
 def _error_from_message(message: Any, chunk: str) -> ScriptError:
@@ -741,6 +744,8 @@ class Game:
                 return
             finally:
                 self._chain.pop()
+            if run.reports_dropped_now:
+                self._count_dropped(mod, run.reports_dropped_now)
             if outcome[0] == "yielded" and outcome[1] == _DONE_ONLY:
                 self._report.calls += 1
                 stats = mod.stats
@@ -801,7 +806,14 @@ class Game:
             return None
         finally:
             self._chain.pop()
+        if run.reports_dropped_now:
+            self._count_dropped(mod, run.reports_dropped_now)
         return self._settle(mod, label, where, outcome)
+
+    def _count_dropped(self, mod: Mod, lines: int) -> None:
+        """Lines past the report caps of one call: counted in the tick report."""
+        dropped = self._report.reports_dropped
+        dropped[mod.id] = dropped.get(mod.id, 0) + lines
 
     def _settle(self, mod: Mod, label: str, where: str,
                 outcome: Outcome) -> tuple[Any, ...] | None:

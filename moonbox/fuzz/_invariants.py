@@ -62,7 +62,8 @@ from lupa import luajit21
 from .._errors import BudgetExceeded, Frame, ScriptError
 from ..bindings import Registry, default_bindings
 from ..sandbox import Budget, Outcome, Sandbox, Stats
-from ..sandbox._sandbox import MAX_MESSAGE_BYTES, MAX_REPORT_CHARS, MAX_REPORTS
+from ..sandbox._run import MAX_REPORT_CHARS, MAX_REPORTS
+from ..sandbox._runtime import MAX_MESSAGE_BYTES
 
 __all__ = [
     "CHUNK",
@@ -279,7 +280,7 @@ def _check_reports(reports: Any) -> list[Violation]:
     if type(reports) is not tuple:
         return [Violation("plain-data", f"reports is a {type(reports).__qualname__}")]
     found = []
-    if len(reports) > MAX_REPORTS:
+    if len(reports) > MAX_REPORTS + 1:  # and the line that says the rest was dropped
         found.append(Violation("outcome", f"{len(reports)} reports, more than {MAX_REPORTS}"))
     for i, line in enumerate(reports):
         if type(line) is not str:

@@ -35,10 +35,12 @@ from ..sandbox import (
     Status,
     ValueLimits,
 )
-from ..sandbox._sandbox import (  # the same caps as in process
+from ..sandbox._run import (  # the same caps as in process
     MAX_REPORT_CHARS,
     MAX_REPORTS,
     MAX_REPORTS_TOTAL_CHARS,
+    REPORTS_DROPPED,
+    ReportsOfARun,
 )
 from ._process import WorkerCrashed, WorkerLost, WorkerProcess, WorkerStats
 from ._protocol import FunctionRef, decode_error
@@ -144,16 +146,26 @@ class RemoteFunction(FunctionHandle):
 class _Reports:
     """Where host functions put ``report()`` lines while the host serves a call."""
 
-    __slots__ = ("reports", "reports_dropped", "_report_chars")
+    __slots__ = ("reports", "reports_dropped", "reports_dropped_now", "_report_chars")
 
     def __init__(self) -> None:
         self.reports: list[str] = []
         self.reports_dropped = 0
+        self.reports_dropped_now = 0
         self._report_chars = 0
+
+    def _new_resume(self) -> None:
+        """The caps are per resume (as in process): a fresh allowance."""
+        if self.reports or self.reports_dropped_now:
+            self.reports.clear()
+            self._report_chars = self.reports_dropped_now = 0
 
     def _add_report(self, text: str) -> None:
         if len(self.reports) >= MAX_REPORTS or self._report_chars >= MAX_REPORTS_TOTAL_CHARS:
+            if not self.reports_dropped_now:
+                self.reports.append(REPORTS_DROPPED)
             self.reports_dropped += 1
+            self.reports_dropped_now += 1
             return
         if len(text) > MAX_REPORT_CHARS:
             text = text[: MAX_REPORT_CHARS - 3] + "..."
@@ -277,7 +289,8 @@ class IsolatedRun(_Reports):
                 or sb._generation != worker.generation or worker._down
                 or (sb._pool is not None and sb._pool.closed)):
             self._refuse()
-        first = len(self.reports)
+        self._new_resume()
+        first = 0
         frame = ["resume", sb._id, self._id, args,
                  None if budget is None else sb._budget_frame(budget)]
         outcome = sb._exchange(frame, budget or sb.budget, self.chunk.name, self, first)
@@ -308,8 +321,9 @@ class IsolatedRun(_Reports):
 
     def finish(self, *args: Any, max_resumes: int = 1000, budget: Budget | None = None) -> Outcome:
         """Resume until the chunk returns, fails or trips (see :meth:`Run.finish`)."""
-        first = len(self.reports)
         outcome = self.resume(*args, budget=budget)
+        reports = ReportsOfARun()
+        reports.add(outcome.reports)
         count = 1
         while outcome.status in ("yielded", "preempted"):
             if count >= max_resumes:
@@ -320,8 +334,9 @@ class IsolatedRun(_Reports):
                 break
             outcome = self.resume(budget=budget)
             count += 1
-        return Outcome(outcome.status, outcome.values, outcome.error,
-                       tuple(self.reports[first:]), self.stats)
+            reports.add(outcome.reports)
+        return Outcome(outcome.status, outcome.values, outcome.error, tuple(reports.lines),
+                       self.stats)
 
     def close(self) -> None:
         """Drop the run's coroutine in the worker. Idempotent."""

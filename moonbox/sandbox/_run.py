@@ -17,11 +17,41 @@ from ._watchdog import Stall, stall_margin_s
 
 __all__ = ["Chunk", "Run"]
 
+# What one resume may report (report/print), per resume: a long-lived run (an engine
+# mod's dispatcher) gets the same allowance on every call. Lines past it are dropped and
+# counted (Run.reports_dropped_now, the engine's TickReport.reports_dropped), and the first
+# drop leaves REPORTS_DROPPED as the resume's last line.
 MAX_REPORTS = 1000
 MAX_REPORT_CHARS = 4096
 MAX_REPORTS_TOTAL_CHARS = 256 << 10
+REPORTS_DROPPED = (f"[moonbox: the report limit of this resume ({MAX_REPORTS} lines, "
+                   f"{MAX_REPORTS_TOTAL_CHARS} characters) was reached; later lines were "
+                   "dropped and counted]")
 
 _tuple_new = tuple.__new__
+
+
+class ReportsOfARun:
+    """The lines of a whole run, across its resumes, under the caps of one resume (what
+    :meth:`Run.finish` and a sandbox's ``run`` return)."""
+
+    __slots__ = ("lines", "_chars", "_dropped")
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._chars = 0
+        self._dropped = False
+
+    def add(self, lines: tuple[str, ...]) -> None:
+        for line in lines:
+            if line == REPORTS_DROPPED or (len(self.lines) >= MAX_REPORTS
+                                           or self._chars >= MAX_REPORTS_TOTAL_CHARS):
+                if not self._dropped:
+                    self.lines.append(REPORTS_DROPPED)
+                    self._dropped = True
+                continue
+            self.lines.append(line)
+            self._chars += len(line)
 # At most this many arguments of a resume cross without conversion.
 _FAST_ARGS = 8
 # What a resume ended in when it ended plainly (not in a trip or an error of its own).
@@ -47,6 +77,7 @@ class Run:
     # Slots: attribute access on the resume path is measurably cheaper.
     __slots__ = (
         "sandbox", "chunk", "_id", "_generation", "status", "reports", "reports_dropped",
+        "reports_dropped_now",
         "_report_chars", "_steps", "_peak", "_wall_s", "resumes", "_denials", "_open",
     )
 
@@ -57,7 +88,8 @@ class Run:
         self._generation = chunk._generation
         self.status: Status | Literal["new"] = "new"
         self.reports: list[str] = []
-        self.reports_dropped = 0
+        self.reports_dropped = 0  # over the run's life
+        self.reports_dropped_now = 0  # in its latest resume
         self._report_chars = 0
         self._steps = 0
         self._peak = 0
@@ -77,7 +109,10 @@ class Run:
 
     def _add_report(self, text: str) -> None:
         if len(self.reports) >= MAX_REPORTS or self._report_chars >= MAX_REPORTS_TOTAL_CHARS:
+            if not self.reports_dropped_now:
+                self.reports.append(REPORTS_DROPPED)
             self.reports_dropped += 1
+            self.reports_dropped_now += 1
             return
         if len(text) > MAX_REPORT_CHARS:
             text = text[: MAX_REPORT_CHARS - 3] + "..."
@@ -123,7 +158,10 @@ class Run:
             sb._rt.set_max_memory(limit, True)
             sb._current_limit = limit
         reports = self.reports
-        first = len(reports)
+        if reports or self.reports_dropped_now:  # the caps are per resume
+            reports.clear()
+            self._report_chars = self.reports_dropped_now = 0
+        first = 0
         sb._running = self
         # Callables held in slots are read, then called: a call straight on the attribute
         # takes CPython's generic method lookup every time.
@@ -199,7 +237,10 @@ class Run:
             if not growth_limited:
                 limit = cap
         sb._limit = limit
-        first = len(self.reports)
+        if self.reports or self.reports_dropped_now:  # the caps are per resume
+            self.reports.clear()
+            self._report_chars = self.reports_dropped_now = 0
+        first = 0
         sb._running = self
         if sb._dropped:  # handles released since: free their functions first
             sb._loosen()
@@ -335,8 +376,10 @@ class Run:
         Returns one outcome for the whole run: the final values, all reports, summed stats.
         A chunk still yielding after ``max_resumes`` resumes ends as an ``error``.
         """
-        first = len(self.reports)
+        # Each resume's lines, up to the caps of one resume for the whole run.
         outcome = self.resume(*args, budget=budget)
+        reports = ReportsOfARun()
+        reports.add(outcome.reports)
         count = 1
         while outcome.status in ("yielded", "preempted"):
             if count >= max_resumes:
@@ -349,11 +392,12 @@ class Run:
                 break
             outcome = self.resume(budget=budget)
             count += 1
+            reports.add(outcome.reports)
         return Outcome(
             outcome.status,
             outcome.values,
             outcome.error,
-            tuple(self.reports[first:]),
+            tuple(reports.lines),
             self.stats,
         )
 

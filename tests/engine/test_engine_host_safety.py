@@ -186,3 +186,33 @@ def test_the_watchdog_is_an_option_of_in_process_games(make_game, pool):
 
     with pytest.raises(ConfigError):
         make_game(isolation="process", pool=pool, watchdog=True)
+
+
+# -- report caps are per call, and drops are counted ---------------------------------------
+
+# Found by an attack review: the caps counted over a dispatcher's whole life, so after a
+# mod's 1,000th line every later line was dropped silently and the mod acted unlogged.
+def test_report_caps_are_per_call_and_drops_are_counted(game_of):
+    from moonbox.sandbox._run import MAX_REPORTS, REPORTS_DROPPED
+
+    game = game_of()
+    game.load_mod("chatty", """
+      local n = 0
+      on("tick", function()
+        n = n + 1
+        for i = 1, 1500 do report("tick " .. n .. " line " .. i) end
+      end)
+    """)
+    for tick in range(1, 4):
+        report = game.tick()
+        lines = [line for mod, line in report.reports if mod == "chatty"]
+        assert len(lines) == MAX_REPORTS + 1 and lines[-1] == REPORTS_DROPPED
+        assert lines[0] == f"tick {tick} line 1"  # every call is logged anew
+        assert report.reports_dropped == {"chatty": 500}
+
+
+def test_a_quiet_tick_drops_nothing(game_of):
+    game = game_of()
+    game.load_mod("quiet", 'on("tick", function() report("one line") end)')
+    for _ in range(1200):
+        assert game.tick().reports_dropped == {}

@@ -296,3 +296,24 @@ def test_resumes_under_a_watchdog_behave_as_without():
         out = a.run("error('boom')", "@e.lua")
         assert out.status == "error" and out.error.line == 1
     assert shared.stalls == 0
+
+
+# -- report caps are per resume --------------------------------------------------------------
+
+@pytest.mark.parametrize("isolated", [False, True])
+def test_report_caps_are_per_resume_and_a_drop_is_said(isolated):
+    from moonbox import default_bindings
+    from moonbox.isolation import IsolatedSandbox
+    from moonbox.sandbox._run import MAX_REPORTS, REPORTS_DROPPED
+
+    make = IsolatedSandbox if isolated else Sandbox
+    with make(host_functions=default_bindings()) as sb:
+        run = sb.start("local n = 0 while true do n = n + 1 "
+                       "for i = 1, 1500 do report(n .. ':' .. i) end coroutine.yield() end")
+        for n in range(1, 4):
+            out = run.resume()
+            assert len(out.reports) == MAX_REPORTS + 1 and out.reports[-1] == REPORTS_DROPPED
+            assert out.reports[0] == f"{n}:1"
+            assert run.reports_dropped_now == 500 and run.reports_dropped == 500 * n
+        whole = sb.run("for i = 1, 3 do report(i) coroutine.yield() end")
+        assert whole.reports == ("1", "2", "3")

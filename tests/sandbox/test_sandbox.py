@@ -354,7 +354,9 @@ def test_reports_are_capped_in_count_and_size(make_sandbox):
     sb = make_sandbox()
     run = sb.start("for i = 1, 1500 do report(i) end report(string.rep('x', 10000))")
     out = run.finish()
-    assert len(out.reports) == 1000 and run.reports_dropped == 501
+    # 1,000 lines kept, then one that says the rest were dropped (and counted).
+    assert len(out.reports) == 1001 and run.reports_dropped == 501
+    assert out.reports[-1].startswith("[moonbox: the report limit")
     out = sb.run("report(string.rep('y', 10000))")
     assert len(out.reports[0]) == 4096 and out.reports[0].endswith("...")
 
