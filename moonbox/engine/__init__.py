@@ -8,9 +8,10 @@ attributed to (mod, handler, chunk:line). See ``docs/engine.md``.
 
 from ._bindings import ENGINE_BINDINGS, engine_bindings
 from ._errors import EngineError
-from ._game import DEFAULT_BUDGET, DEFAULT_WORKERS, RUNTIME_CHUNK, Game, Isolation, TickReport
+from ._game import DEFAULT_BUDGET, DEFAULT_WORKERS, Game, Isolation, TickReport
 from ._limits import ModLimits
 from ._mod import Callback, Event, Failure, Mod, ModStats, Quarantine, Task
+from ._protocol import RUNTIME_CHUNK
 
 __all__ = [
     "DEFAULT_BUDGET",
