@@ -67,6 +67,7 @@ class Dispatch:
     _tick: int
     _report: TickReport
     _stats_read: float
+    _ticking: bool
 
     def tick(self) -> TickReport:
         """Advance the game one tick.
@@ -91,16 +92,20 @@ class Dispatch:
         self._tick += 1
         t = self._tick
         report = self._report = TickReport(t)
-        self._deliver()
-        for mod in list(self._mods.values()):
-            if mod.quarantine is None:
-                try:
-                    self._dispatch_mod(mod, t)
-                except Exception as exc:  # noqa: BLE001 - one mod, never the whole tick
-                    self._broken(mod, exc)
-        results = self.world.apply()
-        report.results = results
-        self._route(results)
+        self._ticking = True
+        try:
+            self._deliver()
+            for mod in list(self._mods.values()):
+                if mod.quarantine is None:
+                    try:
+                        self._dispatch_mod(mod, t)
+                    except Exception as exc:  # noqa: BLE001 - one mod, never the whole tick
+                        self._broken(mod, exc)
+            results = self.world.apply()
+            report.results = results
+            self._route(results)
+        finally:
+            self._ticking = False
         if self.pool is not None and time.monotonic() - self._stats_read >= \
                 WORKER_STATS_INTERVAL_S:
             self.worker_stats()
@@ -190,7 +195,7 @@ class Dispatch:
             self._drop_callback(mod, cb.id)
 
     def _park(self, mod: Mod, values: tuple[Any, ...], label: str, where: str) -> None:
-        task_id, ticks = values[1], values[2]  # checked by _settle
+        task_id, ticks, point, data = values[1], values[2], values[3], values[4]  # checked
         if len(mod.tasks) >= self.limits.max_tasks:
             self._forget(mod, label, where, task_id)
             error = ScriptError(
@@ -199,7 +204,18 @@ class Dispatch:
                 chunk=mod.chunk)
             self._fail(mod, label, where, error)
             return
-        mod.tasks[task_id] = Task(task_id, self._tick + max(1, ticks), label, where)
+        if point is not None and data is not None:
+            # Kept as a copy taken now: what a restore re-enters the task with.
+            try:
+                data = self._copy(data, self.limits.max_value_bytes)
+            except ValueError as exc:
+                self._forget(mod, label, where, task_id)
+                self._fail(mod, label, where, ScriptError(
+                    f"wait: the data of resume point {point!r}: {exc}; this task was stopped",
+                    chunk=mod.chunk))
+                return
+        mod.tasks[task_id] = Task(task_id, self._tick + max(1, ticks), label, where, point,
+                                  data)
 
     def _forget(self, mod: Mod, label: str, where: str, task_id: Any) -> None:
         """Have the dispatcher drop a waiting task; the mod's failure counts stay as they

@@ -26,13 +26,13 @@ class Exports:
     _exporting: list[tuple[Mod, Mod]]
     _rebuilding: set[str]
 
-    def _export(self, mod: Mod, name: str, kind: str, value: Any) -> None:
+    def _export(self, mod: Mod, name: str, kind: str, value: Any, point: str | None) -> None:
         if name not in mod.exports and len(mod.exports) >= self.limits.max_exports:
             raise BindingError(f"a mod may export at most {self.limits.max_exports} names "
                                "[too_many]", reason="too_many")
         if kind == "data":
             value = self._checked_copy(value, "value")
-        mod.exports[name] = (kind, value)
+        mod.exports[name] = (kind, value, point)
 
     def _exported(self, caller: Mod, mod_id: str, name: str) -> tuple[Mod, str, Any]:
         target = self._mods.get(mod_id)

@@ -3,7 +3,8 @@
 :class:`Game` is put together from parts, one module each: loading (``_loading``), the
 tick and dispatch (``_dispatch``), handlers and timers (``_timers``), events
 (``_events``), values and state (``_state``), exports (``_exports``), failures and
-quarantine (``_quarantine``) and isolated games (``_isolation``); the dispatcher's
+quarantine (``_quarantine``), isolated games (``_isolation``) and snapshots
+(``_snapshot``); the dispatcher's
 protocol with ``mod_runtime.lua`` is ``_protocol``. This module holds what they share: the
 game's configuration and tables.
 """
@@ -28,6 +29,7 @@ from ._limits import ModLimits
 from ._loading import Loading
 from ._mod import Event, Mod
 from ._quarantine import Quarantines
+from ._snapshot import Snapshots
 from ._state import State
 from ._timers import Timers
 
@@ -47,7 +49,7 @@ many share workers; a mod that loses its worker costs the mods pinned to it a re
 
 
 class Game(Loading, Dispatch, Timers, Events, State, Exports, Quarantines,
-           IsolationGlue):
+           IsolationGlue, Snapshots):
     """A world, the mods that script it, and the clock. :meth:`tick` advances it.
 
     Each mod runs in its own sandbox, built from the game's registry under the mod's
@@ -167,6 +169,7 @@ class Game(Loading, Dispatch, Timers, Events, State, Exports, Quarantines,
         self._rebuilding: set[str] = set()  # mods being built again in a fresh worker
         self._tick = 0
         self._report = TickReport(0)
+        self._ticking = False  # a tick is in progress
         self._closed = False
 
     @property

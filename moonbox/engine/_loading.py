@@ -88,8 +88,23 @@ class Loading:
             self.unload_mod(mod_id)
         if mod_id in self._mods:
             raise EngineError(f"a mod {mod_id!r} is loaded already", code="duplicate_mod")
-        budget = budget or self.budget
-        api = self.registry.mod(mod_id, permissions or self.permissions, access=access)
+        mod = self._open_mod(mod_id, source, chunk, permissions or self.permissions,
+                             budget or self.budget, access, prepare)
+        self._mods[mod_id] = mod
+        if place is not None:  # back at its place in the dispatch order
+            ids = list(self._mods)
+            ids.insert(place, ids.pop())
+            self._mods = {i: self._mods[i] for i in ids}
+        else:
+            self._order[mod_id] = len(self._order)
+        self._build(mod, source, prepare)
+        return mod
+
+    def _open_mod(self, mod_id: str, source: str | bytes, chunk: str | None,
+                  permissions: Permissions, budget: Budget, access: Any,
+                  prepare: Callable[[Any], None] | None) -> Mod:
+        """A mod with a sandbox of its own, not built yet and not in the game's tables."""
+        api = self.registry.mod(mod_id, permissions, access=access)
         sandbox: Sandbox | IsolatedSandbox
         try:
             if self.pool is not None:
@@ -107,27 +122,26 @@ class Loading:
             raise
         mod = Mod(mod_id, api, sandbox, budget, chunk or f"@mods/{mod_id}/main.lua")
         mod._generation = sandbox.replacements
+        mod._source, mod._prepare = source, prepare
+        mod.permissions, mod._has_access = permissions, access is not None
         if isinstance(sandbox, IsolatedSandbox):
             mod._isolated = True
-            mod._source, mod._prepare = source, prepare
             mod.stats.worker = sandbox.worker_stats()
-        self._mods[mod_id] = mod
-        if place is not None:  # back at its place in the dispatch order
-            ids = list(self._mods)
-            ids.insert(place, ids.pop())
-            self._mods = {i: self._mods[i] for i in ids}
-        else:
-            self._order[mod_id] = len(self._order)
-        self._build(mod, source, prepare)
         return mod
 
     def _build(self, mod: Mod, source: str | bytes, prepare: Callable[[Any], None] | None,
                *, again: bool = False) -> bool:
         """Run the engine library, ``prepare`` and the main chunk in the mod's sandbox;
         whether all of it succeeded. A failure quarantines the mod: ``load``, or
-        ``runtime`` when building it ``again`` in a fresh worker."""
+        ``runtime`` when building it ``again`` in a fresh worker.
+
+        What the build registered is kept as the mod's load (its tick, callback ids and
+        exported functions): what a restore from a snapshot runs the main chunk again for,
+        and checks it registers again."""
         sandbox = mod.sandbox
         self._chain.append(mod.id)
+        first_id = mod.next_id
+        mod.loaded_tick = self._tick
         try:
             if isinstance(sandbox, IsolatedSandbox):
                 # Compiled once into the mod's snapshot: a fresh worker compiles it again.
@@ -166,6 +180,12 @@ class Loading:
             return False
         finally:
             self._chain.pop()
+            mod._load_ids = (first_id, mod.next_id)
+            mod._load_signature = tuple(
+                (cb.id, cb.kind, cb.event, cb.interval, cb.where)
+                for cid, cb in sorted(mod.callbacks.items()) if cid >= first_id)
+            mod._load_exports = {name: entry[1] for name, entry in mod.exports.items()
+                                 if entry[0] == "function"}
         return True
 
     def _load_failed(self, mod: Mod, outcome: Outcome, where: str, again: bool = False) -> None:

@@ -3,7 +3,8 @@ every answer.
 
 The host resumes a mod's dispatcher with ``(what, a, b, c)``: ``what > 0`` calls callback
 ``what``, ``what < 0`` resumes waiting task ``-what``, a string calls that export, and
-``0`` forgets waiting task ``a``. It yields ``(code, x, y, ...)``. Nothing the dispatcher yields is trusted: the mod's code
+``0`` is an engine operation (``a`` a task id: forget it; ``"snapshot"``, ``"restore"``).
+It yields ``(code, x, y, ...)``. Nothing the dispatcher yields is trusted: the mod's code
 runs in the same runtime, so :func:`checked_yield` holds every answer to the protocol.
 """
 
@@ -42,6 +43,7 @@ _DONE_PLAIN = (DONE, None, None)  # the same, as the codes read it
 MAX_WAIT_TICKS = 1_000_000  # wait(ticks): 1..MAX_WAIT_TICKS
 # A failed callback's message, at most (the engine's Lua side cuts it at the same length).
 MAX_MESSAGE_CHARS = 4096
+MAX_POINT_CHARS = 64  # a resume point's name: 1..64 characters
 
 _POSITION = re.compile(r"^(.*?):(\d+): (.*)$", re.DOTALL)
 
@@ -69,8 +71,12 @@ def task_id(value: Any) -> int | None:
 
 
 def checked_yield(values: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """What the dispatcher yielded, if it fits its protocol (a wait's ticks clamped to
-    1..MAX_WAIT_TICKS, as ints); ``None`` if it does not."""
+    """What the dispatcher yielded, if it fits its protocol; ``None`` if it does not.
+
+    A wait comes back as ``(WAIT, task, ticks, point, data)``: ticks clamped to
+    1..MAX_WAIT_TICKS as an int, ``point`` a resume point's name or ``None`` (then
+    ``data`` is ``None`` too).
+    """
     if not values:
         return _DONE_PLAIN
     code = values[0]
@@ -83,7 +89,11 @@ def checked_yield(values: tuple[Any, ...]) -> tuple[Any, ...] | None:
     tid, ticks = task_id(values[1]), values[2]
     if tid is None or type(ticks) not in (int, float) or not math.isfinite(ticks):
         return None
-    return (WAIT, tid, int(min(max(ticks, 1), MAX_WAIT_TICKS)))
+    point = values[3] if len(values) > 3 else None
+    if point is not None and not (type(point) is str and 1 <= len(point) <= MAX_POINT_CHARS):
+        return None
+    data = values[4] if point is not None and len(values) > 4 else None
+    return (WAIT, tid, int(min(max(ticks, 1), MAX_WAIT_TICKS)), point, data)
 
 
 def shown(values: tuple[Any, ...]) -> str:

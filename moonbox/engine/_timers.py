@@ -19,12 +19,13 @@ class Timers:
     _tick: int
 
     def _add_callback(self, mod: Mod, kind: CallbackKind, event: str | None, ticks: int,
-                      where: str) -> int:
+                      where: str, point: str | None = None) -> int:
         limits = self.limits
         if kind == "on":
             assert event is not None
-            if event.startswith("game:") or (event.startswith("world:") and event not in (
-                    "world:refused", "world:spawned", "world:destroyed")):
+            if (event.startswith("game:") and event != "game:restored") or (
+                    event.startswith("world:") and event not in (
+                        "world:refused", "world:spawned", "world:destroyed")):
                 raise BindingError(f"no event {event!r} is sent by the engine [unknown_event]",
                                    reason="unknown_event")
             if mod.handler_count >= limits.max_handlers:
@@ -39,7 +40,7 @@ class Timers:
                                    "[too_many]", reason="too_many")
         cid = mod.next_id
         mod.next_id += 1
-        cb = Callback(cid, kind, event, ticks, self._tick + ticks, where)
+        cb = Callback(cid, kind, event, ticks, self._tick + ticks, where, point)
         mod.callbacks[cid] = cb
         if kind == "on":
             assert event is not None
