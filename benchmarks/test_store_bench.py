@@ -1,7 +1,8 @@
 """The versions store: record and read on the default SQLite store, and a large store.
 
 Targets (issue 5): record a revision <= 2 ms, read current <= 0.2 ms; with 10,000 keys x
-50 revisions, list, diff and rollback each under a second. These are measurements, not
+50 revisions, list, diff and rollback each under a second. Opening runs the integrity
+check: its cost on 10,000 revisions, and on the large store with and without its bound. These are measurements, not
 tests: run ``pytest benchmarks/test_store_bench.py --benchmark-only``.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from moonbox.store import Store
+from moonbox.store import CHECK_MAX_BYTES, Store
 
 KEYS, REVISIONS = 10_000, 50
 SOURCE = "-- {key}: revision {rev}\nlocal wave = {rev}\nlocal hp = {hp}\n" \
@@ -120,3 +121,57 @@ def test_big_reset_all(benchmark: Any, big: Store) -> None:
             conn.execute("UPDATE keys SET current = next_rev - 1")
 
     assert benchmark.pedantic(reset_all, setup=setup, rounds=3, iterations=1) == KEYS
+
+
+def _fill_raw(path: Path, keys: int, revisions: int) -> None:
+    """``keys`` script keys x ``revisions`` revisions, written in one transaction."""
+    Store(path).close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+
+    def rows() -> Iterator[tuple[Any, ...]]:
+        for k in range(keys):
+            key = f"mod{k:05d}:main"
+            for rev in range(1, revisions + 1):
+                text = SOURCE.format(key=key, rev=rev, hp=rev)
+                yield ("script", key, rev, text, hashlib.sha256(text.encode()).hexdigest(),
+                       1.7e9 + rev)
+
+    conn.executemany(
+        "INSERT INTO keys (kind, key, original, current, next_rev, updated_at) "
+        "VALUES ('script', ?, 1, ?, ?, 1.7e9)",
+        ((f"mod{k:05d}:main", revisions, revisions + 1) for k in range(keys)))
+    conn.executemany(
+        "INSERT INTO revisions (kind, key, rev, content, hash, recorded_at, author, role, "
+        "trace_id, outcome, error) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, NULL, 'ok', NULL)",
+        rows())
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def test_open_checks_10k_revisions(benchmark: Any, tmp_path: Path) -> None:
+    """Opening a store of 1,000 keys x 10 revisions (about 3 MB): the whole quick check."""
+    benchmark.group = "store: open, with the integrity check"
+    path = tmp_path / "10k.db"
+    _fill_raw(path, 1_000, 10)
+
+    def open_close() -> str:
+        with Store(path) as s:
+            return s.check_scope
+
+    assert benchmark.pedantic(open_close, rounds=10, iterations=1) == "file"
+
+
+@pytest.mark.parametrize("check_max_bytes", [CHECK_MAX_BYTES, None], ids=["keys-only", "file"])
+def test_big_open(benchmark: Any, big: Store, check_max_bytes: int | None) -> None:
+    """Opening the 10,000 x 50 store (about 150 MB): above CHECK_MAX_BYTES only the keys
+    table is checked on open; ``None`` checks every page (what ``Store.check`` does)."""
+    benchmark.group = "store: open, with the integrity check"
+
+    def open_close() -> str:
+        with Store(big.path, check_max_bytes=check_max_bytes) as s:
+            assert s.corruption is None
+            return s.check_scope
+
+    scope = benchmark.pedantic(open_close, rounds=3, iterations=1)
+    assert scope == ("keys" if check_max_bytes else "file")

@@ -9,6 +9,7 @@ from ._errors import (
     MoonboxError,
     SandboxClosed,
     ScriptError,
+    SourceTooLarge,
 )
 from .bindings import Binding, ModApi, Permissions, Registry, default_bindings
 from .sandbox import Budget, Chunk, HostCall, Outcome, Run, Sandbox, Stats, ValueLimits
@@ -34,6 +35,7 @@ __all__ = [
     "Sandbox",
     "SandboxClosed",
     "ScriptError",
+    "SourceTooLarge",
     "Stats",
     "ValueLimits",
     "default_bindings",

@@ -43,20 +43,24 @@ class HostError(MoonboxError):
 
 # Reasons of a BindingError that refuse the call on the host's authority (permissions,
 # approval, a hook's veto): a mod that fails on one fails with kind ``denied``.
-DENIAL_REASONS = frozenset({"denied", "not_approved", "approval_timed_out", "vetoed"})
+DENIAL_REASONS = frozenset({"denied", "not_approved", "approval_timed_out",
+                            "approval_cancelled", "vetoed"})
 
 
 class BindingError(MoonboxError):
     """Raised by a host function to fail the call: the mod sees ``name: <this message>``.
 
     ``reason`` is a stable code for programs: ``invalid_arguments``, ``failed``, a denial
-    (``denied``, ``not_approved``, ``approval_timed_out``, ``vetoed``), ``unavailable``, or
-    a query refusal (``unknown_source``, ``refused``, ``timed_out``, ...).
+    (``denied``, ``not_approved``, ``approval_timed_out``, ``approval_cancelled``,
+    ``vetoed``), ``unavailable``, ``aborted``, ``refused``, a query refusal
+    (``unknown_source``, ``timed_out``, ...) or a host's own ``namespace:name``.
+    ``call_id`` is the id of the call that failed, when the bindings layer gave it one.
     """
 
     def __init__(self, message: str, *, reason: str = "invalid_arguments") -> None:
         super().__init__(message)
         self.reason = reason
+        self.call_id: int | None = None
 
     @property
     def denied(self) -> bool:
@@ -139,6 +143,33 @@ class ScriptError(MoonboxError):
             "line": self.line,
             "traceback": [f.to_dict() for f in self.traceback],
         }
+
+
+MAX_SOURCE_BYTES = 4 << 20
+"""The largest mod source moonbox loads, in bytes (4 MiB): a larger one is refused before it
+reaches the VM or the instrumenter (a source of tens of MB can make LuaJIT run out of memory
+in an unprotected call, which ends the process)."""
+
+
+class SourceTooLarge(ScriptError):
+    """A source over :data:`MAX_SOURCE_BYTES`: refused before it is read further.
+
+    Attributes:
+        code: ``source_too_large``.
+        limit_bytes: the limit.
+        size_bytes: the source's size (its UTF-8 bytes).
+    """
+
+    kind: ErrorKind = "syntax"
+    code = "source_too_large"
+
+    def __init__(self, size_bytes: int, limit_bytes: int, *, chunk: str | None = None) -> None:
+        super().__init__(
+            f"the source is {size_bytes:,} bytes; moonbox loads sources of at most "
+            f"{limit_bytes:,} bytes [source_too_large]: split the mod into files, or keep "
+            "large data outside its source", chunk=chunk)
+        self.limit_bytes = limit_bytes
+        self.size_bytes = size_bytes
 
 
 class BudgetExceeded(ScriptError):

@@ -272,3 +272,15 @@ def test_another_seed_draws_other_numbers(lua):
     _, seven = _run(f, "--json", "--seed", "7")
     _, eight = _run(f, "--json", "--seed", "8")
     assert _records(seven)[0]["value"] != _records(eight)[0]["value"]
+
+
+def test_a_file_over_the_source_limit_is_refused_unread(tmp_path):
+    from moonbox._errors import MAX_SOURCE_BYTES
+
+    f = tmp_path / "big.lua"
+    f.write_bytes(b"--" + b"x" * (3 * MAX_SOURCE_BYTES))
+    code, out = _run(str(f), "--json")
+    (rec,) = _records(out)
+    assert code == 1 and rec["error"]["kind"] == "syntax"
+    assert "source_too_large" in rec["error"]["message"]
+    assert f"{3 * MAX_SOURCE_BYTES + 2:,} bytes" in rec["error"]["message"]

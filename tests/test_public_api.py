@@ -5,6 +5,7 @@ from __future__ import annotations
 import moonbox
 import moonbox.agent
 import moonbox.bindings
+import moonbox.dashboard
 import moonbox.engine
 import moonbox.isolation
 import moonbox.mods
@@ -18,7 +19,7 @@ def test_top_level_names():
     assert moonbox.__all__ == [
         "Binding", "BindingError", "Budget", "BudgetExceeded", "Chunk", "ConfigError", "Frame",
         "HostCall", "HostError", "ModApi", "MoonboxError", "Outcome", "Permissions", "Registry",
-        "Run", "Sandbox", "SandboxClosed", "ScriptError", "Stats", "ValueLimits",
+        "Run", "Sandbox", "SandboxClosed", "ScriptError", "SourceTooLarge", "Stats", "ValueLimits",
         "default_bindings",
     ]
     for name in moonbox.__all__:
@@ -29,21 +30,22 @@ def test_subpackage_names():
     assert moonbox.sandbox.__all__ == [
         "ALLOWED_GLOBALS", "ALLOWED_LIBRARIES", "Budget", "Chunk", "DENIED", "FunctionHandle",
         "HostCall",
-        "HostFunction", "LUA_KEYWORDS", "Outcome", "Run", "Sandbox", "Stats", "Status", "ValueLimits",
-        "parse_size",
+        "HostFunction", "LUA_KEYWORDS", "Outcome", "Run", "STALL_MARGIN_S", "Sandbox", "Stall",
+        "Stats", "Status", "ValueLimits", "Watchdog", "parse_size",
     ]
     assert moonbox.bindings.__all__ == [
-        "AddArgs", "Answer", "ApprovalRequest", "Approver", "Binding", "CallInfo", "Decision",
-        "Hook", "LuaFunction", "LuaNumber", "MODES", "ModApi", "Mode", "Permissions", "QueryInfo",
-        "QuerySource", "REFUSAL_CODES", "Registry", "ReportArgs", "Risk", "Scope",
-        "ScopeClosed", "Veto", "add", "default_bindings", "render_stubs", "report",
+        "AddArgs", "Answer", "ApprovalRequest", "Approver", "BINDING_CODES", "Binding",
+        "CallInfo", "Decision", "Hook", "LuaFunction", "LuaNumber", "MODES", "ModApi", "Mode",
+        "Permissions", "QueryInfo", "QueryLimits", "QuerySource", "REFUSAL_CODES", "Reading",
+        "Refusal", "Registry", "ReportArgs", "Risk", "Scope", "ScopeClosed", "Veto", "add",
+        "default_bindings", "render_stubs", "report",
     ]
 
     assert moonbox.store.__all__ == [
-        "DEFAULT_MAX_REVISIONS", "EXPORT_FORMAT", "EXPORT_FORMAT_VERSION", "KEY_MAX_CHARS",
-        "MIN_MAX_REVISIONS", "SCHEMA_VERSION", "DataOverlays", "KeyInfo", "Kind", "Outcome",
-        "Revision", "RevisionRef", "ScriptVersions", "Store", "StoreError", "StoreErrorCode",
-        "apply_overlay", "store_bindings",
+        "CHECK_MAX_BYTES", "DEFAULT_MAX_REVISIONS", "EXPORT_FORMAT", "EXPORT_FORMAT_VERSION",
+        "KEY_MAX_CHARS", "MIN_MAX_REVISIONS", "SCHEMA_VERSION", "DataOverlays", "KeyInfo",
+        "Kind", "Outcome", "Revision", "RevisionRef", "ScriptVersions", "Store",
+        "StoreCorrupt", "StoreError", "StoreErrorCode", "apply_overlay", "store_bindings",
     ]
     for name in moonbox.store.__all__:
         assert hasattr(moonbox.store, name)
@@ -95,6 +97,17 @@ def test_mods_names():
     for name in moonbox.mods.__all__:
         assert hasattr(moonbox.mods, name)
     assert issubclass(moonbox.mods.ModError, moonbox.MoonboxError)
+
+
+def test_dashboard_names():
+    assert moonbox.dashboard.__all__ == [
+        "ACTIONS", "DEFAULT_HOST", "DEFAULT_PORT", "INSTALL_HINT", "LOG_KINDS",
+        "MIN_TOKEN_CHARS", "Access", "ActionError", "Dashboard", "Published", "Sources",
+        "VersionHook", "is_loopback",
+    ]
+    for name in moonbox.dashboard.__all__:
+        assert hasattr(moonbox.dashboard, name)
+    assert issubclass(moonbox.dashboard.ActionError, moonbox.MoonboxError)
 
 
 def test_isolation_names():

@@ -135,6 +135,15 @@ def _bytes(n: int) -> str:
     return f"{n:,} bytes"
 
 
+_APPROVAL_CODES = ("not_approved", "approval_timed_out", "approval_cancelled")
+_REFUSALS = (
+    "A refused call fails with one line ending in a stable [code] (pcall catches it). Any "
+    "call may meet [invalid_arguments] (an argument does not fit), [vetoed] (a hook of the "
+    "host said no), [unavailable] or [aborted] (the function was removed before or while it "
+    "ran) and [failed]; codes of the host's own read [namespace:name]."
+)
+
+
 def _api(registry: Registry, permissions: Permissions, style: ApiStyle) -> str:
     if style == "stubs":
         stubs = render_stubs(registry, permissions)
@@ -151,10 +160,16 @@ def _api(registry: Registry, permissions: Permissions, style: ApiStyle) -> str:
             line += f": {binding.description}"
         notes = [f"{binding.risk}", f"{binding.cost} step{'s' if binding.cost != 1 else ''}"]
         if decision == "ask":
-            notes.append("asks the host first and may be refused")
+            notes.append("asks the host first and may be refused: "
+                         + ", ".join(f"[{c}]" for c in _APPROVAL_CODES))
+        if binding.prepare is not None:
+            notes.append("checks its target first: [refused] when there is none")
+        if binding.codes:
+            notes.append("its own codes: " + ", ".join(f"[{c}]" for c in binding.codes))
         lines.append(f"{line} [{'; '.join(notes)}]")
     if denied:
         lines += ["", "Denied to this script (do not call): " + ", ".join(denied) + "."]
+    lines += ["", _REFUSALS]
     return "\n".join(lines)
 
 

@@ -21,6 +21,7 @@ from pydantic_core import PydanticCustomError
 
 from .._errors import BindingError
 from ..sandbox import FunctionHandle, HostCall
+from ._codes import Refusal
 from ._fast import fast_checker, lane_factory
 from ._permissions import Risk
 
@@ -29,6 +30,7 @@ __all__ = ["Binding", "LuaFunction", "LuaNumber", "Risk"]
 _RISKS = ("read", "write", "danger")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _GROUP = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+_CODE = re.compile(r"^[a-z][a-z0-9_]{0,31}(:[a-z][a-z0-9_]{0,31})?$")
 
 _PYDANTIC_PHRASES = {
     "number_type": "expected a number",
@@ -102,11 +104,15 @@ class Binding:
     Attributes:
         name: the global name in Lua (1-64 letters, digits, ``_``; not starting with a digit).
         args: pydantic model of the arguments.
-        fn: called with the :class:`HostCall` and the validated model; returns a plain value,
-            a tuple of plain values, ``None``, or (with ``result``) what ``result`` validates.
+        fn: called with the :class:`HostCall` and the validated model (and, with
+            ``prepare``, what it bound, as a third argument); returns a plain value, a tuple
+            of plain values, ``None``, or (with ``result``) what ``result`` validates.
         result: optional pydantic model of the result; the value ``fn`` returns is validated
             against it (a failure is a host bug) and crosses as a table of its fields.
         risk: ``read``, ``write`` or ``danger``: what a permission mode decides on.
+            ``write`` unless given: a binding that only reads must say ``risk="read"``, so
+            that one forgotten argument never hands a world-changing binding to read-only
+            mods.
         group: a label for documentation and stubs (``world``, ``store``, ...).
         cost: steps charged to the budget per call.
         description: one line for the mod API documentation.
@@ -118,18 +124,29 @@ class Binding:
             lengths) a call then builds no model at all: a checker compiled from the model
             vouches for the values, and anything it cannot vouch for goes through pydantic
             as usual. For bindings called in hot loops.
+        prepare: an optional read-only step, ``prepare(call, args)`` (the fields unpacked
+            as for ``fn`` with ``unpack``), run before approval and hooks: it binds the
+            concrete target (an entity's id, a row) and returns it, or returns a
+            :class:`~moonbox.bindings.Refusal` to refuse the call (``[refused]`` or its
+            own code). It must change nothing. The approver and the hooks see what it
+            bound (``prepared``), and ``fn`` gets it as its last argument; the world can
+            change while an approval is pending, so ``fn`` checks it again before acting.
+        codes: the codes of its own the binding may fail with (``[unknown_prefab]``...),
+            for the editor stubs and the API reference; documentation only.
     """
 
     name: str
     args: type[BaseModel]
-    fn: Callable[[HostCall, Any], Any] = field(repr=False)
+    fn: Callable[..., Any] = field(repr=False)
     result: type[BaseModel] | None = None
-    risk: Risk = "read"
+    risk: Risk = "write"
     group: str = "general"
     cost: int = 1
     description: str = ""
     explain_denial: bool = False
     unpack: bool = False
+    prepare: Callable[..., Any] | None = field(default=None, repr=False)
+    codes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -140,6 +157,14 @@ class Binding:
             raise ValueError(f"binding {self.name}: group {self.group!r} is not a short label")
         if not isinstance(self.cost, int) or self.cost < 0:
             raise ValueError(f"binding {self.name}: cost must be a non-negative int")
+        if self.prepare is not None and not callable(self.prepare):
+            raise ValueError(f"binding {self.name}: prepare must be a function")
+        if isinstance(self.codes, str) or not all(
+            isinstance(c, str) and _CODE.match(c) for c in self.codes
+        ):
+            raise ValueError(f"binding {self.name}: codes are words such as 'unknown_prefab' "
+                             "or 'namespace:name'")
+        object.__setattr__(self, "codes", tuple(self.codes))
         if not (isinstance(self.args, type) and issubclass(self.args, BaseModel)):
             raise ValueError(f"binding {self.name}: args must be a pydantic model class")
         if self.result is not None and not (
@@ -160,7 +185,9 @@ class Binding:
                            (lambda model: (getter(model),)) if len(fields) == 1 else getter)
         # Used only by unpacking bindings: for a model it would have to build the instance.
         object.__setattr__(self, "_fast", fast_checker(self.args) if self.unpack else None)
-        object.__setattr__(self, "_lane_factory", lane_factory(self.args) if self.unpack else None)
+        # A binding that prepares always takes the registry's full path: no lane.
+        object.__setattr__(self, "_lane_factory", lane_factory(self.args)
+                           if self.unpack and self.prepare is None else None)
         if self.result is not None:
             object.__setattr__(
                 self, "_validate_result", self.result.__pydantic_validator__.validate_python
@@ -214,11 +241,31 @@ class Binding:
         model = self.validate(args)
         return self._field_values(model)  # type: ignore[attr-defined,no-any-return]
 
-    def invoke(self, call: HostCall, model: BaseModel) -> Any:
-        """Call ``fn`` with validated arguments, as a model or unpacked as ``unpack`` says."""
+    def prepared(self, call: HostCall, model: BaseModel) -> Any:
+        """What ``prepare`` binds for these arguments (``None`` without a ``prepare``).
+
+        Raises:
+            BindingError: ``prepare`` returned a :class:`~moonbox.bindings.Refusal`
+                (``refused``, or the refusal's own code).
+        """
+        if self.prepare is None:
+            return None
         if self.unpack:
-            return self.fn(call, *self._field_values(model))  # type: ignore[attr-defined]
-        return self.fn(call, model)
+            state = self.prepare(call, *self._field_values(model))  # type: ignore[attr-defined]
+        else:
+            state = self.prepare(call, model)
+        if isinstance(state, Refusal):
+            code = state.code or "refused"
+            raise BindingError(f"{state.reason} [{code}]", reason=code)
+        return state
+
+    def invoke(self, call: HostCall, model: BaseModel, prepared: Any = None) -> Any:
+        """Call ``fn`` with validated arguments, as a model or unpacked as ``unpack`` says
+        (and, with ``prepare``, what it bound as the last argument)."""
+        extra = () if self.prepare is None else (prepared,)
+        if self.unpack:
+            return self.fn(call, *self._field_values(model), *extra)  # type: ignore[attr-defined]
+        return self.fn(call, model, *extra)
 
     def results(self, value: Any) -> tuple[Any, ...]:
         """What ``fn`` returned, as the tuple of plain values that crosses back to Lua.
@@ -234,6 +281,9 @@ class Binding:
         return value if type(value) is tuple else (value,)
 
     def __call__(self, call: HostCall, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        if self.prepare is not None:
+            model = self.validate(args)
+            return self.results(self.invoke(call, model, self.prepared(call, model)))
         if self.unpack:
             return self.results(self.fn(call, *self.values(args)))
         return self.results(self.fn(call, self.validate(args)))

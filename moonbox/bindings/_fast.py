@@ -122,9 +122,12 @@ def lane_factory(model: type[BaseModel]) -> LaneFactory | None:
 
     ``make(mf, registry, api, fn, results)`` returns ``lane(call, args)``: while
     ``mf._lane_version`` is the registry's version (``mf`` sets it when the binding is
-    available with no hooks and no approval, -1 otherwise), it checks the arguments as they come from Lua, calls ``fn`` and returns its
-    result: one value as it is, else a tuple (through ``results``); or it returns ``None``
-    and the call takes the full path. One frame and no model between Lua and ``fn``.
+    available with no hooks, no approval and no preparation, -1 otherwise), it checks the
+    arguments as they come from Lua, calls ``fn`` and returns its result: one value as it
+    is, else a tuple (through ``results``); or it returns ``None`` and the call takes the
+    full path. If the registry changed while ``fn`` ran, ``mf._after_lane()`` raises when
+    the call was aborted (its binding removed, its mod unloaded). One frame and no model
+    between Lua and ``fn``.
     """
     checks = _checks(model)
     if checks is None:
@@ -132,7 +135,8 @@ def lane_factory(model: type[BaseModel]) -> LaneFactory | None:
     lines, names, constants = checks
     body = [
         "    def lane(call, args):",
-        "        if mf._lane_version != registry._version:",
+        "        version = registry._version",
+        "        if mf._lane_version != version:",
         "            return None",
         f"        if len(args) != {len(names)}:",
         "            return None",
@@ -140,6 +144,8 @@ def lane_factory(model: type[BaseModel]) -> LaneFactory | None:
         *(f"        {line}" for line in lines),
         "        call.mod = api",
         f"        result = fn(call, {', '.join(names)})",
+        "        if registry._version != version:",
+        "            mf._after_lane()",
         "        if type(result) is tuple or mf._has_result:",
         "            return results(result)",
         "        return () if result is None else result",

@@ -28,12 +28,24 @@ class CallInfo:
         binding: the binding called.
         args: the validated arguments (the binding's model).
         call: the sandbox's call context (the run, its reports).
+        call_id: unique to this call (among every call of the process): approval requests,
+            hooks, refusals and the log lines of the call carry it.
+        prepared: what the binding's ``prepare`` step bound, or ``None`` without one.
     """
 
     mod: str
     binding: Binding
     args: BaseModel
     call: HostCall
+    call_id: int = 0
+    prepared: Any = None
+    _aborted: Callable[[], str | None] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def aborted(self) -> bool:
+        """The binding was removed, or the mod unloaded, since the call began: it will not
+        run, or its result will be dropped."""
+        return self._aborted is not None and self._aborted() is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +63,16 @@ PostCall = Callable[[CallInfo, Any], Any]
 class Hook:
     """Code the host runs around binding calls.
 
-    Hooks run in ascending ``order`` (ties: the order they were added). A hook that raises
-    is logged and skipped: only a returned :class:`Veto` refuses a call.
+    Hooks run in ascending ``order`` (ties: the order they were added). Every ``pre_call``
+    hook runs, even after one has vetoed (an audit hook late in the order still sees the
+    call); the first veto in that order is the one the mod sees. A hook that raises is
+    logged and skipped: only a returned :class:`Veto` refuses a call. ``post_call`` hooks
+    run only for a call that ran.
 
     Attributes:
         name: for logs and removal.
-        pre_call: ``fn(info) -> Veto | None``, after validation, before the binding runs.
+        pre_call: ``fn(info) -> Veto | None``, after validation, preparation and approval,
+            before the binding runs.
         post_call: ``fn(info, result) -> result``: what it returns replaces the result
             (return the result unchanged to keep it).
         order: position among hooks.

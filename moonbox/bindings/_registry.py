@@ -2,29 +2,28 @@
 
 A :class:`Registry` holds bindings, hooks and query sources. :meth:`Registry.mod` turns it
 into one mod's API (:class:`ModApi`): the host functions its permissions grant, each of
-which validates, asks, runs hooks, calls and converts, in that order.
+which validates, prepares, asks, runs hooks, calls and converts, in that order.
 """
 
 from __future__ import annotations
 
-import enum
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
 
 from .._errors import BindingError, ConfigError
 from ..sandbox import Budget, HostCall, Sandbox
+from ._approval import Answer, ApprovalRequest, Approver, PendingApproval, settle_from
 from ._binding import Binding
 from ._hooks import CallInfo, Hook, Veto
 from ._permissions import Decision, Permissions, Risk
-from ._query import QueryRunner, QuerySource, query_binding
+from ._query import QueryLimits, QueryRunner, QuerySource, query_bindings
 from ._scope import Scope
 
 __all__ = ["Answer", "ApprovalRequest", "Approver", "ModApi", "Registry"]
@@ -33,39 +32,25 @@ log = logging.getLogger("moonbox.bindings")
 
 DEFAULT_APPROVAL_TIMEOUT_S = 10.0
 
-
-class Answer(enum.Enum):
-    """An approver's answer; ``True``/``False`` mean ``ALLOW``/``DENY``."""
-
-    ALLOW = "allow"
-    DENY = "deny"
-    ALLOW_ALWAYS = "allow_always"  # for the rest of this mod's life (until ModApi.close)
-    DENY_ALWAYS = "deny_always"
-
-
-@dataclass(frozen=True, slots=True)
-class ApprovalRequest:
-    """What an approver is asked: may ``mod`` call ``binding`` with ``args``?"""
-
-    mod: str
-    binding: str
-    risk: Risk
-    args: dict[str, Any]
-
-
-Approver = Callable[[ApprovalRequest], "bool | Answer"]
+# Call ids: unique among every call of the process, so that calls from several registries
+# (a game and its forks) never share one.
+_next_call_id = itertools.count(1).__next__
 
 
 class Registry:
     """Bindings, hooks and query sources, by name.
 
     Args:
-        bindings: registered at creation (for example :func:`default_bindings`).
+        bindings: registered at creation (for example :func:`default_bindings`); the
+            ``query`` bindings of another registry among them are left out, as this one
+            has its own (so ``Registry(other)`` copies a registry's bindings).
         clock: monotonic seconds, for the query cache (injectable for tests).
         max_host_threads: threads that run approvers and query reads with a timeout.
+        query_limits: the limits of the query model across sources (see
+            :class:`~moonbox.bindings.QueryLimits`; defaults as documented there).
 
-    A registry always holds the ``query`` binding (risk ``read``), through which mods read
-    the registered query sources.
+    A registry always holds the ``query`` and ``query_reading`` bindings (risk ``read``),
+    through which mods read the registered query sources.
     """
 
     def __init__(
@@ -74,18 +59,27 @@ class Registry:
         *,
         clock: Callable[[], float] = time.monotonic,
         max_host_threads: int = 8,
+        query_limits: QueryLimits | None = None,
     ) -> None:
         self._bindings: dict[str, Binding] = {}
+        self._serial: dict[str, int] = {}  # name -> which installation it is
+        self._installs = itertools.count(1)
         self._hooks: list[tuple[int, int, Hook]] = []
         self._hook_seq = 0
-        self._version = 0  # bumped on every change of bindings or hooks
+        self._version = 0  # bumped on every change of bindings, hooks or mods closing
         self._lock = threading.RLock()
+        self._scopes: dict[str, Scope] = {}
+        self._pending: dict[int, PendingApproval] = {}  # call id -> its open question
+        self._closed = False
         self._executor = ThreadPoolExecutor(max_host_threads, thread_name_prefix="moonbox-host")
         # Approvers wait on people: their own threads, so they never starve query reads.
         self._approvals = ThreadPoolExecutor(max_host_threads, thread_name_prefix="moonbox-ask")
-        self.queries = QueryRunner(self._executor, clock)
-        self._install(query_binding(self.queries))
+        self.queries = QueryRunner(self._executor, clock, query_limits)
+        for binding in query_bindings(self.queries):
+            self._install(binding)
         for binding in bindings:
+            if getattr(binding, "builtin_query", False):
+                continue  # another registry's own: this one has its own over its sources
             self.register(binding)
 
     # -- bindings ------------------------------------------------------------------------
@@ -110,27 +104,32 @@ class Registry:
         args: type[BaseModel],
         *,
         result: type[BaseModel] | None = None,
-        risk: Risk = "read",
+        risk: Risk = "write",
         group: str = "general",
         cost: int = 1,
         description: str = "",
         explain_denial: bool = False,
+        prepare: Callable[..., Any] | None = None,
         scope: Scope | None = None,
-    ) -> Callable[[Callable[[HostCall, Any], Any]], Binding]:
-        """Decorator form of :meth:`register`: ``@registry.binding("spawn", SpawnArgs)``."""
+    ) -> Callable[[Callable[..., Any]], Binding]:
+        """Decorator form of :meth:`register`: ``@registry.binding("spawn", SpawnArgs)``.
 
-        def decorate(fn: Callable[[HostCall, Any], Any]) -> Binding:
+        ``risk`` is ``write`` unless given, as for :class:`Binding`.
+        """
+
+        def decorate(fn: Callable[..., Any]) -> Binding:
             doc = description or (fn.__doc__ or "").strip().split("\n")[0]
             return self.register(
                 Binding(name, args, fn, result=result, risk=risk, group=group, cost=cost,
-                        description=doc, explain_denial=explain_denial),
+                        description=doc, explain_denial=explain_denial, prepare=prepare),
                 scope=scope,
             )
 
         return decorate
 
     def unregister(self, name: str) -> None:
-        """Remove a binding. Mods that hold it get ``unavailable`` when they call it.
+        """Remove a binding. Mods that hold it get ``unavailable`` when they call it; its
+        pending approvals are cancelled and its running calls end ``aborted``.
 
         Raises:
             KeyError: no binding has that name.
@@ -145,13 +144,18 @@ class Registry:
             if binding.name in self._bindings:
                 raise ConfigError(f"a binding named {binding.name!r} is already registered")
             self._bindings[binding.name] = binding
+            self._serial[binding.name] = next(self._installs)
             self._version += 1
 
     def _uninstall(self, binding: Binding) -> None:
         with self._lock:
-            if self._bindings.get(binding.name) is binding:
-                del self._bindings[binding.name]
-                self._version += 1
+            if self._bindings.get(binding.name) is not binding:
+                return
+            del self._bindings[binding.name]
+            del self._serial[binding.name]
+            self._version += 1
+        self._cancel(lambda a: a.binding is binding,
+                     "the binding was removed while its approval was pending")
 
     def get(self, name: str) -> Binding | None:
         return self._bindings.get(name)
@@ -220,11 +224,72 @@ class Registry:
     def _uninstall_source(self, source: QuerySource) -> None:
         self.queries.uninstall(source)
 
+    # -- approvals -----------------------------------------------------------------------
+
+    def pending_approvals(self, *, mod: str | None = None,
+                          binding: str | None = None) -> tuple[ApprovalRequest, ...]:
+        """The questions waiting for an answer now (of one mod id or binding name, if
+        given), oldest first. ``len()`` of it is the count."""
+        with self._lock:
+            pending = [a for a in self._pending.values() if not a.settled
+                       and (mod is None or a.request.mod == mod)
+                       and (binding is None or a.request.binding == binding)]
+        return tuple(a.request for a in sorted(pending, key=lambda a: a.request.call_id))
+
+    def deny_pending(self, *, mod: str | None = None, binding: str | None = None,
+                     reason: str = "the host denied every pending approval") -> int:
+        """Deny every question waiting now (of one mod id or binding name, if given);
+        returns how many. Each call ends ``approval_cancelled`` with ``reason``: it does not
+        run, and nothing is remembered for later calls."""
+        return self._cancel(lambda a: (mod is None or a.request.mod == mod)
+                            and (binding is None or a.request.binding == binding), reason)
+
+    def _track(self, approval: PendingApproval) -> str | None:
+        # Under the lock that removals and closes hold: a question is either tracked before
+        # one of them (and cancelled by it) or sees it here (and is never asked).
+        with self._lock:
+            if self._closed:
+                return "the host is shutting down"
+            if approval.owner is not None and approval.owner._closed:
+                return "the mod was unloaded while its approval was pending"
+            binding = approval.binding
+            if binding is not None and self._bindings.get(binding.name) is not binding:
+                return "the binding was removed while its approval was pending"
+            self._pending[approval.request.call_id] = approval
+            return None
+
+    def _untrack(self, approval: PendingApproval) -> None:
+        with self._lock:
+            if self._pending.get(approval.request.call_id) is approval:
+                del self._pending[approval.request.call_id]
+
+    def _cancel(self, which: Callable[[PendingApproval], bool], why: str) -> int:
+        with self._lock:
+            chosen = [a for a in self._pending.values() if which(a)]
+        return sum(a.cancel(why) for a in chosen)
+
     # -- scopes and mods -----------------------------------------------------------------
 
     def scope(self, name: str) -> Scope:
-        """A new scope: what is added through it is released together."""
-        return Scope(self, name)
+        """A new scope: what is added through it is released together.
+
+        Raises:
+            ConfigError: an open scope of this registry has that name (or it is empty).
+        """
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError("a scope needs a name")
+        with self._lock:
+            if name in self._scopes:
+                raise ConfigError(f"a scope named {name!r} is open already: close it first, "
+                                  "or choose another name")
+            scope = Scope(self, name, on_close=self._forget_scope)
+            self._scopes[name] = scope
+        return scope
+
+    def _forget_scope(self, scope: Scope) -> None:
+        with self._lock:
+            if self._scopes.get(scope.name) is scope:
+                del self._scopes[scope.name]
 
     def mod(
         self,
@@ -234,6 +299,7 @@ class Registry:
         access: Any = None,
         approve: Approver | None = None,
         approval_timeout_s: float = DEFAULT_APPROVAL_TIMEOUT_S,
+        queries: Iterable[str] | None = None,
     ) -> ModApi:
         """One mod's API: the host functions ``permissions`` grant, and the mod's scope.
 
@@ -241,22 +307,36 @@ class Registry:
             mod_id: the mod's id (hooks, approvers and queries see it).
             permissions: defaults to ``Permissions()`` (mode ``auto``).
             access: what the host captured about the mod when it was loaded (its owner,
-                role...); query sources authorize against it.
+                role...), as plain data (a copy is kept, at most
+                ``QueryLimits.max_access_bytes`` packed); query sources authorize
+                against it.
             approve: asked for bindings whose decision is ``ask``; none: they are denied.
             approval_timeout_s: no answer within this time denies. The wait does not count
                 against the mod's wall budget (at most this long per resume).
+            queries: the query sources the mod declares (from its manifest, at most
+                ``QueryLimits.max_queries_per_mod``): it may read only these. Without it,
+                the first sources it reads are its queries, up to the same limit.
+
+        Raises:
+            ConfigError: a bad timeout, too many queries, or an access that is not plain
+                data or too big.
         """
         return ModApi(self, mod_id, permissions or Permissions(), access, approve,
-                      approval_timeout_s)
+                      approval_timeout_s, queries)
 
     def close(self) -> None:
-        """Stop the host threads (waits for none of them)."""
+        """Cancel every pending approval, tell every query read to stop, and stop the host
+        threads (waits for none of them)."""
+        with self._lock:
+            self._closed = True
+        self._cancel(lambda a: True, "the host is shutting down")
+        self.queries.abort_all()
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._approvals.shutdown(wait=False, cancel_futures=True)
 
 
 class ModApi:
-    """One mod's view of a registry: its host functions and its scope.
+    """One mod's view of a registry: its host functions, its scope, its queries.
 
     ``host_functions`` are what a :class:`Sandbox` takes; the set is fixed when the
     ModApi is made (a binding registered later is not in it; one unregistered later fails
@@ -271,18 +351,23 @@ class ModApi:
         access: Any,
         approve: Approver | None,
         approval_timeout_s: float,
+        queries: Iterable[str] | None = None,
     ) -> None:
-        if approval_timeout_s <= 0:
+        if not approval_timeout_s > 0:
             raise ConfigError("approval_timeout_s must be positive")
         self.registry = registry
         self.mod_id = mod_id
         self.permissions = permissions
-        self.access = access
+        self.queries = registry.queries.client(mod_id, access, queries)
+        self.access = self.queries.access  # the captured copy
         self.approve = approve
         self.approval_timeout_s = approval_timeout_s
-        self.scope = registry.scope(f"mod {mod_id}")
+        # Not one of the registry's named scopes: several ModApis of one mod id may live
+        # at once (a dry run beside the live version).
+        self.scope = Scope(registry, f"mod {mod_id}")
+        self._closed = False
         self._remembered: dict[str, bool] = {}
-        self._pending: set[str] = set()  # bindings with an approval in flight
+        self._asking: set[str] = set()  # bindings whose approver has not returned yet
         functions: list[_ModFunction | _DeniedFunction] = []
         for binding, decision in registry.granted(permissions):
             if decision == "deny":
@@ -297,12 +382,34 @@ class ModApi:
         """The names the mod sees."""
         return tuple(f.name for f in self.host_functions)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def sandbox(self, budget: Budget | None = None, **options: Any) -> Sandbox:
         """A sandbox with this mod's host functions (other options as :class:`Sandbox`)."""
         return Sandbox(budget, host_functions=self.host_functions, **options)
 
+    def pending_approvals(self) -> tuple[ApprovalRequest, ...]:
+        """This mod's questions waiting for an answer now, oldest first."""
+        with self.registry._lock:
+            pending = [a for a in self.registry._pending.values()
+                       if a.owner is self and not a.settled]
+        return tuple(a.request for a in sorted(pending, key=lambda a: a.request.call_id))
+
     def close(self) -> None:
-        """Release the mod's scope (its registrations, hooks, sources, cleanups). Idempotent."""
+        """Unload: cancel the mod's pending approvals, end its running calls ``aborted``,
+        tell its query reads to stop, and release its scope (its registrations, hooks,
+        sources, cleanups). Later calls fail with ``unavailable``. Idempotent."""
+        if self._closed:
+            return
+        registry = self.registry
+        with registry._lock:
+            self._closed = True
+            registry._version += 1  # every function of the mod looks again
+        registry._cancel(lambda a: a.owner is self,
+                         "the mod was unloaded while its approval was pending")
+        self.queries.close()
         self.scope.close()
 
     def __enter__(self) -> ModApi:
@@ -311,8 +418,10 @@ class ModApi:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _ask(self, binding: Binding, args: BaseModel, call: HostCall) -> None:
-        remembered = self._remembered.get(binding.name)
+    def _ask(self, binding: Binding, args: BaseModel, call: HostCall, call_id: int = 0,
+             prepared: Any = None) -> None:
+        name = binding.name
+        remembered = self._remembered.get(name)
         if remembered is not None:
             if remembered:
                 return
@@ -320,51 +429,63 @@ class ModApi:
         if self.approve is None:
             raise BindingError("needs approval and the host has no approver [not_approved]",
                                reason="not_approved")
-        if binding.name in self._pending:
-            # One question at a time per binding: asking again while an earlier approval
-            # is still out would pile waiting threads up.
+        if name in self._asking:
+            # One question at a time per binding: asking again while an earlier approver
+            # has not returned would pile waiting threads up.
             raise BindingError("an earlier approval is still pending [not_approved]",
                                reason="not_approved")
         timeout = min(self.approval_timeout_s, call.wait_left_s(self.approval_timeout_s))
         if timeout <= 0:
             raise BindingError("no time left in this resume to ask [approval_timed_out]",
                                reason="approval_timed_out")
-        request = ApprovalRequest(self.mod_id, binding.name, binding.risk,
-                                  args.model_dump(mode="json"))
-        self._pending.add(binding.name)
-        future = None
-        try:
-            with call.excluded_time(self.approval_timeout_s):
-                future = self.registry._approvals.submit(self.approve, request)
-                future.add_done_callback(lambda f, name=binding.name: self._pending.discard(name))
-                answer = future.result(timeout=timeout)
-        except FutureTimeout:
-            if future.cancel():
-                self._pending.discard(binding.name)
-            raise BindingError(
-                f"no approval within {timeout:.3g} s [approval_timed_out]",
-                reason="approval_timed_out",
-            ) from None
-        except Exception:
-            if future is None:  # never submitted (the registry is closed)
-                self._pending.discard(binding.name)
-            log.exception("approver of mod %r failed on %r", self.mod_id, binding.name)
-            answer = Answer.DENY
-        if answer is Answer.ALLOW_ALWAYS:
-            self._remembered[binding.name] = True
-        elif answer is Answer.DENY_ALWAYS:
-            self._remembered[binding.name] = False
-        if answer is True or answer is Answer.ALLOW or answer is Answer.ALLOW_ALWAYS:
-            return
-        raise BindingError("not approved for this mod [not_approved]", reason="not_approved")
+        request = ApprovalRequest(self.mod_id, name, binding.risk,
+                                  args.model_dump(mode="json"), call_id, prepared)
+        approval = PendingApproval(request, binding, self)
+        registry = self.registry
+        gone = registry._track(approval)
+        if gone is not None:
+            approval.cancel(gone)
+        else:
+            try:
+                with call.excluded_time(self.approval_timeout_s):
+                    self._asking.add(name)
+                    try:
+                        future = registry._approvals.submit(self.approve, request)
+                    except RuntimeError:  # the registry is closing
+                        self._asking.discard(name)
+                        approval.cancel("the host is shutting down")
+                    else:
+                        future.add_done_callback(lambda f: self._asking.discard(name))
+                        future.add_done_callback(lambda f: settle_from(approval, f))
+                        approval.wait(timeout)
+                        if not future.done():
+                            future.cancel()  # not started yet: it never will
+            finally:
+                registry._untrack(approval)
+        state = approval.state
+        if state == "allowed" or state == "denied":
+            remember = approval.remember
+            if remember is not None:
+                self._remembered[name] = remember
+            if state == "allowed":
+                return
+            raise BindingError("not approved for this mod [not_approved]", reason="not_approved")
+        if state == "failed":  # logged by settle_from, with the traceback
+            raise BindingError("the approver failed, so the call is denied [not_approved]",
+                               reason="not_approved")
+        if state == "timed_out":
+            raise BindingError(f"no approval within {timeout:.3g} s [approval_timed_out]",
+                               reason="approval_timed_out")
+        raise BindingError(f"{approval.why} [approval_cancelled]", reason="approval_cancelled")
 
 
 class _ModFunction:
-    """A binding as one mod calls it: availability, validation, approval, hooks, result."""
+    """A binding as one mod calls it: availability, validation, preparation, approval,
+    hooks, result."""
 
     __slots__ = ("name", "cost", "accepts_functions", "binding", "lane", "_api", "_ask",
                  "_version", "_pre", "_post", "_available", "_plain", "_has_result",
-                 "_lane_version")
+                 "_lane_version", "_serial")
 
     def __init__(self, api: ModApi, binding: Binding, ask: bool) -> None:
         self.name = binding.name
@@ -378,6 +499,7 @@ class _ModFunction:
         self._post: tuple[Hook, ...] = ()
         self._available = False
         self._plain = False
+        self._serial: int | None = None
         self._lane_version = -1  # the registry version the lane may run under
         self._has_result = binding.result is not None
         # The sandbox tries the lane first (arguments as they come from Lua) and calls
@@ -389,54 +511,112 @@ class _ModFunction:
     def _refresh(self, version: int) -> None:
         # The version is read before what it guards: a change meanwhile bumps it again,
         # and the next call refreshes (read after, a stale view could be kept under it).
-        registry = self._api.registry
-        self._available = registry._bindings.get(self.name) is self.binding
+        api = self._api
+        registry = api.registry
+        self._available = registry._bindings.get(self.name) is self.binding and not api._closed
+        self._serial = registry._serial.get(self.name)
         self._pre, self._post = registry.hooks_for(self.name)
         self._plain = (self._available and not self._pre and not self._post
-                       and not self._ask)
+                       and not self._ask and self.binding.prepare is None)
         self._version = version
         self._lane_version = version if self._plain else -1
 
+    def _gone(self, serial: int | None) -> str | None:
+        """Why a call that began under ``serial`` may not run or finish, or ``None``."""
+        api = self._api
+        if api._closed:
+            return "the mod was unloaded"
+        registry = api.registry
+        if registry._bindings.get(self.name) is not self.binding or \
+                registry._serial.get(self.name) != serial:
+            return "the binding was removed"
+        return None
+
+    def _after_lane(self) -> None:
+        # The registry changed while the lane's fn ran: was the call aborted?
+        why = self._gone(self._serial)
+        if why is not None:
+            raise BindingError(f"{why} while the call ran; its result is dropped [aborted]",
+                               reason="aborted")
+
     def __call__(self, call: HostCall, args: tuple[Any, ...]) -> tuple[Any, ...]:
         api = self._api
-        version = api.registry._version
+        registry = api.registry
+        version = registry._version
         if self._version != version:
             self._refresh(version)
         if not self._available:
             raise BindingError("is no longer available [unavailable]", reason="unavailable")
         call.mod = api
         binding = self.binding
-        if self._plain:
-            if binding.unpack:
-                result = binding.fn(call, *binding.values(args))
-            else:
-                result = binding.fn(call, binding.validate(args))
-            # binding.results, written out for the bindings with no result model: this
-            # runs on every binding call that no lane took.
-            if self._has_result:
-                return binding.results(result)
-            if result is None:
-                return ()
-            return result if type(result) is tuple else (result,)
-        model = binding.validate(args)
-        if self._ask:
-            api._ask(binding, model, call)
-        info = CallInfo(api.mod_id, binding, model, call)
-        for hook in self._pre:
-            try:
-                verdict = hook.pre_call(info)  # type: ignore[misc]
-            except Exception:
-                log.exception("pre_call hook %r failed on %r; skipped", hook.name, self.name)
-                continue
-            if isinstance(verdict, Veto):
-                raise BindingError(f"{verdict.reason} [vetoed]", reason="vetoed")
-        result = binding.invoke(call, model)
-        for hook in self._post:
-            try:
-                result = hook.post_call(info, result)  # type: ignore[misc]
-            except Exception:
-                log.exception("post_call hook %r failed on %r; skipped", hook.name, self.name)
-        return binding.results(result)
+        if not self._plain:
+            return self._observed(call, args)
+        # Nothing observes this call (no hook, approval or preparation): the short path.
+        serial = self._serial
+        if binding.unpack:
+            result = binding.fn(call, *binding.values(args))
+        else:
+            result = binding.fn(call, binding.validate(args))
+        if registry._version != version:
+            why = self._gone(serial)
+            if why is not None:
+                raise BindingError(f"{why} while the call ran; its result is dropped "
+                                   "[aborted]", reason="aborted")
+        # binding.results, written out for the bindings with no result model: this
+        # runs on every binding call that no lane took.
+        if self._has_result:
+            return binding.results(result)
+        if result is None:
+            return ()
+        return result if type(result) is tuple else (result,)
+
+    def _observed(self, call: HostCall, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        # The full path: the call gets an id that its approval request, hooks, refusal and
+        # log lines carry.
+        api = self._api
+        binding = self.binding
+        serial = self._serial
+        pre, post = self._pre, self._post
+        call_id = _next_call_id()
+        try:
+            model = binding.validate(args)
+            prepared = binding.prepared(call, model)
+            info = CallInfo(api.mod_id, binding, model, call, call_id, prepared,
+                            lambda: self._gone(serial))
+            if self._ask:
+                api._ask(binding, model, call, call_id, prepared)
+            veto: Veto | None = None
+            for hook in pre:  # every one runs, even after a veto
+                try:
+                    verdict = hook.pre_call(info)  # type: ignore[misc]
+                except Exception:
+                    log.exception("pre_call hook %r failed on %r (call %d); skipped",
+                                  hook.name, self.name, call_id)
+                    continue
+                if veto is None and isinstance(verdict, Veto):
+                    veto = verdict
+            if veto is not None:
+                raise BindingError(f"{veto.reason} [vetoed]", reason="vetoed")
+            why = self._gone(serial)
+            if why is not None:
+                raise BindingError(f"{why} before the call could run [aborted]",
+                                   reason="aborted")
+            result = binding.invoke(call, model, prepared)
+            why = self._gone(serial)
+            if why is not None:
+                raise BindingError(f"{why} while the call ran; its result is dropped "
+                                   "[aborted]", reason="aborted")
+            for hook in post:
+                try:
+                    result = hook.post_call(info, result)  # type: ignore[misc]
+                except Exception:
+                    log.exception("post_call hook %r failed on %r (call %d); skipped",
+                                  hook.name, self.name, call_id)
+            return binding.results(result)
+        except BindingError as exc:
+            if exc.call_id is None:
+                exc.call_id = call_id
+            raise
 
 
 class _DeniedFunction:

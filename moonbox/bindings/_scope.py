@@ -40,16 +40,20 @@ class Scope:
     """Registrations, hooks, query sources and cleanups released together, once.
 
     Release runs in reverse order of addition; a cleanup that raises is logged and the
-    rest still run. Adding to a closed scope raises :class:`ScopeClosed` and installs
-    nothing. Create with :meth:`Registry.scope`; a mod's scope is released when the mod
-    unloads (:meth:`ModApi.close`).
+    rest still run. Registering into a closed scope raises :class:`ScopeClosed` and
+    installs nothing; a cleanup handed to a closed scope runs at once, so that nothing
+    handed to a scope is ever left unreleased. Create with :meth:`Registry.scope` (a name
+    no open scope of the registry has); a mod's scope is released when the mod unloads
+    (:meth:`ModApi.close`).
     """
 
-    def __init__(self, registry: Registrar, name: str) -> None:
+    def __init__(self, registry: Registrar, name: str,
+                 on_close: Callable[[Scope], object] | None = None) -> None:
         self.registry = registry
         self.name = name
         self._cleanups: list[tuple[str, Callable[[], object]]] = []
         self._closed = False
+        self._on_close = on_close
 
     @property
     def closed(self) -> bool:
@@ -86,9 +90,18 @@ class Scope:
         self._cleanups.append((what if name is None else name, release))
 
     def defer(self, cleanup: Callable[[], object], name: str = "cleanup") -> None:
-        """Run ``cleanup`` when the scope closes (in reverse order of addition)."""
-        self._check(name)
+        """Run ``cleanup`` when the scope closes (in reverse order of addition), or now if
+        it is closed already (a failure is logged, as on close)."""
+        if self._closed:
+            self._release(name, cleanup)
+            return
         self._cleanups.append((name, cleanup))
+
+    def _release(self, name: str, cleanup: Callable[[], object]) -> None:
+        try:
+            cleanup()
+        except Exception:
+            log.exception("scope %r: releasing %s failed", self.name, name)
 
     def close(self) -> None:
         """Release everything, in reverse order, once. Idempotent."""
@@ -96,11 +109,12 @@ class Scope:
             return
         self._closed = True
         cleanups, self._cleanups = self._cleanups, []
-        for name, cleanup in reversed(cleanups):
-            try:
-                cleanup()
-            except Exception:
-                log.exception("scope %r: releasing %s failed", self.name, name)
+        try:
+            for name, cleanup in reversed(cleanups):
+                self._release(name, cleanup)
+        finally:
+            if self._on_close is not None:
+                self._on_close(self)  # the name is free again once all is released
 
     def __enter__(self) -> Scope:
         return self

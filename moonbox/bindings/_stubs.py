@@ -38,6 +38,16 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SAFE_INTEGER = 2**53  # integer literal types beyond this are shown as ``integer``
 _DEFAULT_SHOWN_CHARS = 40  # longer defaults are left out of the description
 
+# What every call may meet, said once at the top; each binding adds its own codes.
+REFUSAL_NOTE = [
+    "-- A refused call fails with one line ending in a stable [code]. Any call may meet",
+    "-- [invalid_arguments] (an argument does not fit), [vetoed] (a hook of the host said no),",
+    "-- [unavailable] or [aborted] (the binding was removed, or the mod unloaded, before or",
+    "-- while it ran) and [failed] (the host could not serve it). The host's own codes read",
+    "-- [namespace:name].",
+]
+APPROVAL_CODES = ("not_approved", "approval_timed_out", "approval_cancelled")
+
 
 def render_stubs(
     registry: Registry | Iterable[Binding],
@@ -73,6 +83,7 @@ def render_stubs(
     lines.append(
         "-- Every function also takes its arguments as one table: name{a = 1, b = 2}."
     )
+    lines += REFUSAL_NOTE
     if header:
         lines += [f"-- {line}".rstrip() for line in _one_line_each(header)]
     groups: dict[str, list[tuple[Binding, Decision]]] = {}
@@ -91,6 +102,14 @@ def render_stubs(
             else:  # a keyword such as `end`: no call can name it
                 lines.append(f"-- {binding.name}: a Lua keyword, so a mod cannot call it by name.")
     return "\n".join(lines) + "\n"
+
+
+def _codes_text(codes: Iterable[str], last: str) -> str:
+    """``[a], [b] or [c]``."""
+    shown = [f"[{code}]" for code in codes]
+    if len(shown) < 2:
+        return "".join(shown)
+    return f"{', '.join(shown[:-1])} {last} {shown[-1]}"
 
 
 def _describe_permissions(permissions: Permissions) -> str:
@@ -270,10 +289,17 @@ class _Writer:
             lines += [*_description_lines(binding.description), "---"]
         notes = [f"Risk: {binding.risk}; costs {binding.cost} step{'s' * (binding.cost != 1)}."]
         if decision == "ask":
-            notes.append("Asks the host for approval before it runs; a refusal is an error.")
+            notes.append("Asks the host for approval before it runs; refused with "
+                         f"{_codes_text(APPROVAL_CODES, 'or')}.")
         elif decision == "deny":
             notes.append("Denied by these permissions: every call fails (`[denied]`).")
         lines.append("---" + " ".join(notes))
+        if decision != "deny":
+            if binding.prepare is not None:
+                lines.append("---Checks its target before it asks or runs: [refused] (or a "
+                             "code of the host's) when there is none.")
+            if binding.codes:
+                lines.append(f"---Its own codes: {_codes_text(binding.codes, 'and')}.")
         if decision == "deny":
             lines.append("---@deprecated")
         params = _param_names([f.name for f in fields])

@@ -17,9 +17,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 
+from .._errors import ConfigError, MoonboxError
 from ..bindings import Permissions
 from ..sandbox import parse_size
-from ..store import Store
+from ..store import Store, StoreError
 
 __all__ = ["dev"]
 
@@ -74,10 +75,21 @@ def _takes_isolation(factory: Any) -> bool:
               help="With --isolate: worker processes at most [default: 4].")
 @click.option("--worker-memory", callback=_size, metavar="SIZE", default=None,
               help="With --isolate: each worker's memory limit, e.g. 512MB [default: 1GB].")
+@click.option("--dashboard", "with_dashboard", is_flag=True,
+              help="Serve a web dashboard of the running game (needs moonbox[dashboard]).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None,
+              help="With --dashboard: the port, 0 for any free one [default: 8765].")
+@click.option("--bind", "bind_host", metavar="ADDRESS", default=None,
+              help="With --dashboard: the address to listen on [default: 127.0.0.1]; "
+                   "any but a loopback address needs --token.")
+@click.option("--token", envvar="MOONBOX_DASHBOARD_TOKEN", default=None,
+              help="With --dashboard: a secret every API request must carry (16+ "
+                   "characters; or MOONBOX_DASHBOARD_TOKEN).")
 def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | None,
         no_store: bool, grant_mode: str, tps: float, ticks: int | None, once: bool,
         debounce_ms: int, step_ms: int, isolate: bool, workers: int | None,
-        worker_memory: int | None) -> None:
+        worker_memory: int | None, with_dashboard: bool, port: int | None,
+        bind_host: str | None, token: str | None) -> None:
     """Run a game with the mods of MODS_DIR and reload each mod when its files change.
 
     A changed mod is compiled and dry-run first; only a clean version is swapped in,
@@ -89,6 +101,13 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
     fresh worker. A --game factory gets the isolation options as keywords (isolation,
     workers, worker_memory_bytes); one that cannot take them is a usage error.
 
+    With --dashboard a web page on http://127.0.0.1:8765/ shows the mods, their cost,
+    tick health, the live log, errors with their source lines, versions (diff, rollback,
+    reset), workers, the world and the event queues, while the game runs.
+
+    A damaged versions store is read-only for the session: what it can still read is
+    restored, nothing is recorded, and the start says how to recover it.
+
     To start from the example arena: moonbox dev my-mods --init, then edit
     my-mods/scoreboard/main.lua while it runs.
     """
@@ -96,6 +115,7 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
     from ..mods._dev import (
         DevSession,
         describe_result,
+        describe_store,
         describe_workers,
         game_factory,
         render,
@@ -131,7 +151,37 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
     elif workers is not None or worker_memory is not None:
         console.print("[red]--workers and --worker-memory need --isolate[/]")
         sys.exit(EXIT_USAGE)
-    store = None if no_store else Store(store_path or mods_dir / ".moonbox-versions.db")
+    if not with_dashboard and (port is not None or bind_host is not None or token is not None):
+        console.print("[red]--port, --bind and --token need --dashboard[/]")
+        sys.exit(EXIT_USAGE)
+    if with_dashboard and once:
+        console.print("[red]--dashboard serves while the game runs: use it without --once[/]")
+        sys.exit(EXIT_USAGE)
+    access = None
+    if with_dashboard:
+        from ..dashboard import DEFAULT_HOST, DEFAULT_PORT, INSTALL_HINT, Access
+
+        try:
+            access = Access(bind_host or DEFAULT_HOST, token)
+            import sse_starlette  # noqa: F401
+            import starlette  # noqa: F401
+            import uvicorn  # noqa: F401
+        except ConfigError as exc:
+            console.print(f"[red]--bind: {escape(str(exc))}[/]")
+            sys.exit(EXIT_USAGE)
+        except ImportError as exc:
+            console.print(f"[red]--dashboard needs {escape(str(exc.name))}: "
+                          f"{escape(INSTALL_HINT)}[/]")
+            sys.exit(EXIT_USAGE)
+    store = None
+    if not no_store:
+        try:
+            store = Store(store_path or mods_dir / ".moonbox-versions.db")
+        except StoreError as exc:
+            console.print(f"[red]{escape(str(exc))}\nrunning without a versions store this "
+                          "session: nothing is restored or recorded[/]")
+        for line in describe_store(store):
+            console.print(f"[yellow]{escape(line)}[/]")
     game = factory(**options)
     host = ModHost(game, mods_dir, policy=Permissions(mode=grant_mode), store=store,  # type: ignore[arg-type]
                    label=mods_dir.name or "mods")
@@ -140,6 +190,34 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
                          step_ms=step_ms)
     if plain:
         host.on_result = lambda r: console.print(escape(describe_result(r)))
+    board = None
+    if access is not None:
+        from ..dashboard import Dashboard
+
+        board = Dashboard(game, mods=host, host=access.host, token=access.token,
+                          port=DEFAULT_PORT if port is None else port, tick_budget_s=1.0 / tps)
+        try:
+            url = board.start()
+        except MoonboxError as exc:
+            board.close()
+            session.close()
+            game.close()
+            if store is not None:
+                store.close()
+            console.print(f"[red]--dashboard: {escape(str(exc))}[/]")
+            sys.exit(EXIT_USAGE)
+        console.print(f"dashboard: {escape(url)}")
+
+    def fed(show: Any) -> Any:
+        """The tick callback, feeding the dashboard first."""
+        if board is None:
+            return show
+
+        def on_tick(report: Any) -> None:
+            board.after_tick(report, elapsed_s=session.last_tick_s)
+            show(report)
+        return on_tick
+
     try:
         results = session.start()
         failed = any(not r.ok for r in results)
@@ -162,17 +240,19 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
                     console.print(f"QUARANTINED {escape(mod_id)}: "
                                   f"{escape(str(game.mod(mod_id).quarantine.reason))}")
 
-            session.run(ticks, on_tick=show)
+            session.run(ticks, on_tick=fed(show))
             for line in describe_workers(game):
                 console.print(escape(line))
             sys.exit(EXIT_FAILED if failed else EXIT_OK)
         with Live(render(session), console=console, refresh_per_second=8,
                   transient=False) as live:
             try:
-                session.run(None, on_tick=lambda _: live.update(render(session)))
+                session.run(None, on_tick=fed(lambda _: live.update(render(session))))
             except KeyboardInterrupt:
                 pass
     finally:
+        if board is not None:
+            board.close()
         session.close()
         game.close()
         if store is not None:

@@ -17,7 +17,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from .._errors import MoonboxError, ScriptError
+from .._errors import MAX_SOURCE_BYTES, MoonboxError, ScriptError, SourceTooLarge
 from ..bindings import Registry
 from ..sandbox import Budget, Outcome, parse_size
 from ..sandbox._marshal import format_value
@@ -139,13 +139,17 @@ def _run_file(path: Path, budget: Budget, jit: bool, as_json: bool, console: Con
     if seed is not None:
         replay = {"seed": file_seed(seed, path), "deterministic": True}
     try:
-        source = path.read_bytes()
+        with path.open("rb") as handle:  # no more than the limit and one byte: never all
+            source = handle.read(MAX_SOURCE_BYTES + 1)
     except OSError as exc:
         return _host_failure(path, f"cannot read {path}: {exc.strerror or exc}", as_json, console)
     mod_id = str(path)
     try:
         with registry.mod(mod_id, mod_permissions()) as api:
-            if isolate:
+            if len(source) > MAX_SOURCE_BYTES:  # refused unread: its real size, from the disk
+                outcome = Outcome("error", (), SourceTooLarge(
+                    path.stat().st_size, MAX_SOURCE_BYTES, chunk=chunk))
+            elif isolate:
                 from ..isolation import IsolatedSandbox
 
                 with IsolatedSandbox(budget, jit=jit, host_functions=api.host_functions,

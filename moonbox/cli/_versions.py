@@ -3,7 +3,9 @@
 Every subcommand takes ``--store PATH`` (or the ``MOONBOX_STORE`` environment variable;
 default ``moonbox-versions.db`` in the current directory) and ``--json`` for one JSON
 document on stdout. Exit status: 0 done, 1 a store error (unknown key or revision, a
-failed attempt as a rollback target, a bad export, no store at the path), 2 usage.
+failed attempt as a rollback target, a bad export, no store at the path, a damaged store
+for a write or a read that fails), 2 usage. A damaged store is read-only: reads show what
+they can, with a warning on stderr, and ``export`` salvages what can be read.
 """
 
 from __future__ import annotations
@@ -76,8 +78,13 @@ def _common(kind_default: Kind | None = "script", *, kind: bool = True) -> Calla
 
 
 @contextmanager
-def _opened(store_path: Path, as_json: bool, *, create: bool = False) -> Iterator[Store]:
-    """Open the store; report a :class:`StoreError` (here or inside) and exit 1."""
+def _opened(store_path: Path, as_json: bool, *, create: bool = False,
+            warn: bool = True) -> Iterator[Store]:
+    """Open the store; report a :class:`StoreError` (here or inside) and exit 1.
+
+    A damaged store opens read-only: what it can still read is shown, with a warning on
+    stderr (unless ``warn`` is false); a write to it, or a read that fails, is a
+    ``corrupt_store`` error."""
     try:
         with Store(store_path, create=create) as store:
             yield store
@@ -87,6 +94,8 @@ def _opened(store_path: Path, as_json: bool, *, create: bool = False) -> Iterato
         else:
             click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_STORE)
+    if warn and store.corruption is not None:
+        click.echo(f"warning: {store.corruption}", err=True)
 
 
 def _console() -> Console:
@@ -268,17 +277,47 @@ def reset_all(store_path: Path, kind: Kind | None, as_json: bool, prefix: str) -
 @click.argument("path", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
 @_common(kind=False)
 def export_(path: Path, store_path: Path, as_json: bool) -> None:
-    """Write every key and revision, of both kinds, to PATH as readable JSON (- for stdout)."""
-    with _opened(store_path, as_json) as store:
+    """Write every key and revision, of both kinds, to PATH as readable JSON (- for stdout).
+
+    From a damaged store, everything that can still be read; what could not is listed
+    under "lost" in the export (and --json), and summed up on stderr.
+    """
+    with _opened(store_path, as_json, warn=False) as store:
+        data = store.export()
         if str(path) == "-":
-            data = store.export()
             click.echo(json.dumps(data, indent=2, ensure_ascii=False))
-            return
-        count = store.export_json(path)
+        else:
+            store.export_json(path, data=data)
+    count, lost = len(data["keys"]), data.get("lost")
+    if lost is not None:
+        _salvage_summary(store, lost, path)
+    if str(path) == "-":
+        return
     if as_json:
-        _emit({"path": str(path), "keys": count})
+        _emit({"path": str(path), "keys": count, **({"lost": lost} if lost is not None else {})})
     else:
         click.echo(f"exported {count} key{'s' if count != 1 else ''} to {path}")
+
+
+def _salvage_summary(store: Store, lost: list[dict[str, Any]], path: Path) -> None:
+    """On stderr: that the store is damaged, what the salvaged export could not carry (at
+    most ten lines of it), and what to do next."""
+    where = "the export" if str(path) == "-" else str(path)
+    damage = store.corruption.findings[0] if store.corruption else "damaged"
+    click.echo(f"warning: the versions store {store.path} is damaged ({damage}); the export "
+               f"holds what could still be read, and {len(lost)} "
+               f"thing{'s' if len(lost) != 1 else ''} could not be read as they were (all "
+               f"listed under \"lost\" in {where})" + (":" if lost else ""), err=True)
+    for entry in lost[:10]:
+        name = " ".join(str(entry[k]) for k in ("kind", "key") if entry[k] is not None)
+        rev = f" revision {entry['rev']}" if entry["rev"] is not None else ""
+        click.echo(f"  lost {entry['what']}: {name + rev + ': ' if name else ''}"
+                   f"{entry['reason']}", err=True)
+    if len(lost) > 10:
+        click.echo(f"  ... and {len(lost) - 10} more", err=True)
+    saved = "the export" if str(path) == "-" else str(path)
+    click.echo(f"next: move {store.path} and {store.path}-wal aside, then moonbox versions "
+               f"import {saved} --store {store.path}", err=True)
 
 
 @versions.command("import")

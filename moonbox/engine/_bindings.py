@@ -206,16 +206,16 @@ def engine_bindings(services: EngineServices) -> tuple[Binding, ...]:
                        description=doc)
 
     return (
-        make("on", OnArgs, on, cost=2),
-        make("after", TimerArgs, after, cost=2),
-        make("every", TimerArgs, every, cost=2),
-        make("cancel", CancelArgs, cancel),
-        make("engine_ready", ReadyArgs, ready),
+        make("on", OnArgs, on, risk="read", cost=2),
+        make("after", TimerArgs, after, risk="read", cost=2),
+        make("every", TimerArgs, every, risk="read", cost=2),
+        make("cancel", CancelArgs, cancel, risk="read"),
+        make("engine_ready", ReadyArgs, ready, risk="read"),
         make("emit", EmitArgs, emit, "write", 2),
-        make("now", NoArgs, now),
-        make("state_get", KeyArgs, state_get),
+        make("now", NoArgs, now, risk="read"),
+        make("state_get", KeyArgs, state_get, risk="read"),
         make("state_set", StateSetArgs, state_set, "write", 2),
         make("export", ExportArgs, export, "write", 2),
-        make("import", ImportArgs, import_),
-        make("engine_call", CallArgs, engine_call, cost=5),
+        make("import", ImportArgs, import_, risk="read"),
+        make("engine_call", CallArgs, engine_call, risk="read", cost=5),
     )

@@ -283,6 +283,10 @@ class Dispatch:
         if mod._isolated and mod.sandbox.lost:  # type: ignore[union-attr]
             return None  # built again before its next dispatch, not in the middle of this one
         handle = mod._dispatch
+        if getattr(mod.sandbox, "abandoned", False):
+            self._lost(mod, "its runtime was stuck in one operation past its wall budget and "
+                       "margin, and was abandoned (the watchdog stopped waiting for it)")
+            return None
         if handle is None or not handle.valid:
             self._lost(mod, "lost its runtime")
             return None

@@ -17,7 +17,7 @@ from typing import Literal
 from .._errors import BindingError, ConfigError
 from ..bindings import Permissions, Registry, default_bindings
 from ..isolation import DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_WALL_MARGIN_S, WorkerPool
-from ..sandbox import Budget, HostCall
+from ..sandbox import Budget, HostCall, Watchdog
 from ..world import World, world_bindings
 from ._bindings import EngineServices, engine_bindings
 from ._dispatch import Dispatch, TickReport
@@ -88,6 +88,9 @@ class Game(Loading, Dispatch, Timers, Events, State, Exports, Quarantines,
             workers (default 1), so that a lost worker is replaced without a tick waiting
             ~0.4 s for a process to start; each holds a process's memory (~35 MiB). 0:
             none.
+        watchdog: in-process games: each mod's resumes run on a runner thread, so that a
+            mod stuck in one VM operation past its wall budget and margin is abandoned
+            (quarantined, ``runtime``) instead of waited for (see ``docs/threat-model.md``).
 
     Raises:
         ConfigError: an unknown ``isolation``, isolation options without
@@ -112,6 +115,7 @@ class Game(Loading, Dispatch, Timers, Events, State, Exports, Quarantines,
         wall_margin_s: float | None = None,
         pool: WorkerPool | None = None,
         spare_workers: int | None = None,
+        watchdog: bool = False,
     ) -> None:
         if isolation not in ("none", "process"):
             raise ConfigError(f"isolation must be 'none' or 'process', not {isolation!r}")
@@ -150,6 +154,12 @@ class Game(Loading, Dispatch, Timers, Events, State, Exports, Quarantines,
         self.seed = seed
         self.permissions = permissions or Permissions()
         self.jit = jit
+        if watchdog and isolation != "none":
+            raise ConfigError("watchdog is an option of in-process games: an isolated game's "
+                              "workers are killed on a wall overrun already")
+        # One runner thread for every mod's resumes: a mod stuck in one VM operation past
+        # its wall budget and margin is abandoned, not waited for (docs/threat-model.md).
+        self._watchdog = Watchdog() if watchdog else None
         self._scope = self.registry.scope("game")
         services = EngineServices(
             mod_for=self._mod_for, add_callback=self._add_callback, cancel=self._cancel,

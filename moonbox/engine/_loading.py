@@ -11,7 +11,7 @@ from typing import Any
 from .._errors import BindingError, MoonboxError, ScriptError
 from ..bindings import Permissions, Registry
 from ..isolation import IsolatedSandbox, WorkerPool
-from ..sandbox import Budget, FunctionHandle, Outcome, Sandbox
+from ..sandbox import Budget, FunctionHandle, Outcome, Sandbox, Watchdog
 from ..world import World
 from ._errors import EngineError
 from ._mod import Failure, Mod
@@ -32,6 +32,7 @@ class Loading:
     jit: bool
     pool: WorkerPool | None
     wall_margin_s: float
+    _watchdog: Watchdog | None
     _mods: dict[str, Mod]
     _order: dict[str, int]
     _subscribers: dict[str, list[Mod]]
@@ -116,7 +117,8 @@ class Loading:
                                           respawn="next_call",
                                           deterministic=self.seed is not None)
             else:
-                sandbox = api.sandbox(budget, jit=self.jit, deterministic=self.seed is not None)
+                sandbox = api.sandbox(budget, jit=self.jit, deterministic=self.seed is not None,
+                                      watchdog=self._watchdog or False)
         except BaseException:
             api.close()
             raise

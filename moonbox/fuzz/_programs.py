@@ -9,11 +9,17 @@ a vararg function) and only emits ``break``, ``goto`` and ``...`` where they are
 every label is fresh. A small share of programs is then broken on purpose
 (:func:`corrupt`); the fuzzer asks LuaJIT's own parser which programs it accepts, so the
 sandbox's verdict is checked against the parser's in both directions.
+
+Two more kinds of case go with the composed programs (:func:`fuzz_cases` mixes them in):
+*hostile sizes* (:func:`hostile_size_cases`), sources shaped to make a pass of the host
+superlinear, and *metering gaps* (:func:`metering_gap_cases`), programs that do much work
+per step unless the meter weighs all of it.
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -22,7 +28,11 @@ from typing import Literal
 
 from hypothesis import strategies as st
 
-__all__ = ["FuzzCase", "PROFILES", "Profile", "Render", "corrupt", "fuzz_cases", "programs"]
+__all__ = [
+    "FuzzCase", "HOSTILE_SOURCES", "METERING_GAPS", "PROFILES", "Profile", "Render",
+    "VALID_HOSTILE_SOURCES", "composed_cases", "corrupt", "fuzz_cases", "hostile_size_case",
+    "hostile_size_cases", "metering_gap_case", "metering_gap_cases", "programs",
+]
 
 Profile = Literal["steps", "time", "memory"]
 PROFILES: tuple[Profile, ...] = ("steps", "time", "memory")
@@ -637,8 +647,8 @@ class FuzzCase:
     corruption: str | None = None
 
 
-def fuzz_cases(max_depth: int = 3) -> st.SearchStrategy[FuzzCase]:
-    """Cases: about 4% of them deliberately broken."""
+def composed_cases(max_depth: int = 3) -> st.SearchStrategy[FuzzCase]:
+    """Composed programs: about 4% of them deliberately broken."""
     # Drawn from a list, not as an integer: integer draws lean towards their bounds.
     broken = st.sampled_from((*[False] * 24, True))
     how = st.sampled_from(CORRUPTIONS)
@@ -650,3 +660,190 @@ def fuzz_cases(max_depth: int = 3) -> st.SearchStrategy[FuzzCase]:
         return FuzzCase(source, profile)
 
     return st.tuples(programs(max_depth), st.sampled_from(PROFILES), broken, how).map(make)
+
+
+# -- hostile sizes ---------------------------------------------------------------------------
+#
+# Sources shaped to make a pass of the host superlinear in their size, valid Lua or not:
+# 16,000 `function` tokens before one `()` once held a load for 20 s while the planner
+# scanned ahead for each one's parameter list. Generated at up to tens of thousands of
+# pieces, such a pass shows as a `hang` (the worker does not answer within its deadline); a
+# wrong verdict on them as `syntax-verdict`. The linearity tests (tests/sandbox) double each
+# family and count the host's work.
+
+
+def _repeat(piece: str) -> Callable[[int], str]:
+    return lambda n: piece * n
+
+
+HOSTILE_SOURCES: dict[str, Callable[[int], str]] = {
+    # Parameter lists: each `function` used to scan ahead to the next `(` and `)`.
+    "functions_then_one_paren": lambda n: "function " * n + "()",
+    "functions_then_nothing": lambda n: "local x = " + "function " * n,
+    "open_parameter_lists": lambda n: "function(" * n + ")",
+    "parameters_without_close": lambda n: "function f(" + "a, " * n,
+    "local_functions_then_one_body": lambda n: "local function f" * n + "() end",
+    "functions_with_bodies": _repeat("local f = function() end\n"),
+    # Nesting: blocks, functions, brackets, conditions.
+    "nested_blocks": lambda n: "do " * n + "end " * n,
+    "nested_blocks_unclosed": _repeat("do "),
+    "nested_functions": lambda n: "local f = " + "function() " * n + "end " * n,
+    "nested_ifs": lambda n: "if x then " * n + "end " * n,
+    "nested_whiles": lambda n: "while x do " * n + "end " * n,
+    "nested_repeats": lambda n: "repeat " * n + "until x " * n,
+    "nested_fors": lambda n: "for i = 1, 2 do " * n + "end " * n,
+    "open_parentheses": lambda n: "x = " + "(" * n,
+    "nested_parentheses": lambda n: "x = " + "(" * n + "1" + ")" * n,
+    "nested_tables": lambda n: "x = " + "{" * n + "}" * n,
+    "nested_calls": lambda n: "f" + "(f" * n + ")" * n,
+    "elseif_chain": lambda n: "if x then " + "elseif x then y = 1 " * n + "end",
+    "while_heads": lambda n: "while x " * n + "do end",
+    "many_ends": _repeat("end "),
+    "many_untils": _repeat("until x "),
+    # goto and labels.
+    "labels_and_gotos": lambda n: "".join(f"::l{i}:: goto l{i} " for i in range(n)),
+    "gotos_to_one_label": lambda n: "::top:: " + "goto top " * n,
+    "gotos_then_labels": lambda n: "do " + "goto l " * n + "::l:: end",
+    "goto_names": _repeat("goto "),
+    "label_openers": _repeat(":: "),
+    # Long brackets, comments and strings.
+    "long_string_of_level_n": lambda n: "return [" + "=" * n + "["
+    + ("]" + "=" * (n - 1) + "]") * 8 + "]" + "=" * n + "]",
+    "unterminated_long_string_of_level_n": lambda n: "return [" + "=" * n + "[" + "]=]" * n,
+    "long_comments": _repeat("--[==[ c ]=] ]==] x = 1\n"),
+    "unterminated_long_comment": lambda n: "--[===[" + " ]==] ]=]" * n,
+    "comment_openers_without_bracket": _repeat("--[====x\n"),
+    "invalid_long_delimiter": lambda n: "x = [" + "=" * n,
+    "many_long_strings": _repeat("x = [[a]] .. [=[b]=] .. [==[c]==]\n"),
+    "unterminated_string": lambda n: 'x = "' + "a\\z   \\\n" * n,
+    "unterminated_string_at_line_end": _repeat('x = "abc\\"'),
+    "escapes": lambda n: 'x = "' + "\\x41\\u{41}\\065\\z \\n" * n + '"',
+    # Tokens: numbers, names, operators, statement soup.
+    "long_number": lambda n: "x = 0x" + "f" * n + "p+1",
+    "long_name": lambda n: "x" * n + " = 1",
+    "concatenation_chain": lambda n: "x = " + "a .. " * n + "a",
+    "comparisons": _repeat("x = s < s\n"),
+    "statements_on_one_line": _repeat("x = 1; "),
+    "calls_after_literals": _repeat("x = 1 (f)(a) "),
+    "method_calls": _repeat("a:b'c'{d}:e()"),
+    "alternating_function_end": _repeat("function end "),
+    "alternating_do_until": _repeat("do until "),
+}
+"""Hostile source families: each maps a size to a source of that many repeated pieces."""
+
+VALID_HOSTILE_SOURCES = frozenset({
+    "gotos_then_labels", "labels_and_gotos",
+    "long_string_of_level_n", "long_comments", "comment_openers_without_bracket",
+    "many_long_strings", "escapes", "long_number", "long_name", "comparisons",
+    "statements_on_one_line", "calls_after_literals", "method_calls",
+})  # fmt: skip
+"""The families that are valid Lua at every size up to :data:`HOSTILE_SIZE_MAX` (LuaJIT
+refuses the others at some: past its limits of nesting, locals or jump length, or always)."""
+
+HOSTILE_SIZE_MAX = 20_000
+
+
+def _size(rnd: random.Random, large_from: int, most: int) -> int:
+    """Two sizes in three from the large end (where a superlinear pass or an unweighed step
+    shows), one spread over the small ones (where LuaJIT's limits are)."""
+    if rnd.random() < 2 / 3:
+        return rnd.randint(large_from, most)
+    return int(large_from ** rnd.random())
+
+
+def hostile_size_case(rnd: random.Random) -> FuzzCase:
+    """A hostile-size source of up to :data:`HOSTILE_SIZE_MAX` pieces; one of a family that
+    may be invalid is marked as broken on purpose (LuaJIT's parser judges it)."""
+    family = rnd.choice(sorted(HOSTILE_SOURCES))
+    size = _size(rnd, HOSTILE_SIZE_MAX // 8, HOSTILE_SIZE_MAX)
+    broken = None if family in VALID_HOSTILE_SOURCES else f"hostile size: {family}"
+    return FuzzCase(HOSTILE_SOURCES[family](size), rnd.choice(PROFILES), broken)
+
+
+def hostile_size_cases() -> st.SearchStrategy[FuzzCase]:
+    """Cases of :func:`hostile_size_case`."""
+    return st.integers(0, 2**64).map(lambda salt: hostile_size_case(random.Random(salt)))
+
+
+# -- metering gaps ---------------------------------------------------------------------------
+#
+# Programs that do much work per step unless the meter weighs all of what they run: a loop
+# condition of thousands of calls, a goto loop over thousands of statements, a long
+# straight-line body called in a loop, the top level of a long chunk. Most first run a cheap
+# loop that grows the meter's poll interval to its largest (2^17 steps): work the meter
+# under-charges then runs a whole interval without the clock being read, and the resume
+# ends seconds after its wall budget, a `wall-time` violation. (Before loop conditions were
+# weighed, a while loop of 3,000 calls in its condition ended 3 s after a 0.2 s budget.)
+
+WARM_UP = "for _ = 1, 3e6 do end\n"
+"""A cheap loop that grows the meter's poll interval to its largest."""
+
+
+def _calls(k: int) -> str:
+    return " + ".join(f"math.sin(i + {j})" for j in range(k))
+
+
+def _statements(k: int) -> str:
+    return "".join(f"x = x + math.sin(i + {j})\n" for j in range(k))
+
+
+METERING_GAPS: dict[str, Callable[[int], str]] = {
+    "while_condition": lambda k: f"local i = 0\nwhile ({_calls(k)}) < 1e300 do i = i + 1 end\n",
+    "repeat_condition": lambda k: f"local i = 0\nrepeat i = i + 1 until ({_calls(k)}) > 1e300\n",
+    "while_condition_in_a_function": lambda k: (
+        f"local function cond(i) return ({_calls(k)}) < 1e300 end\n"
+        "local i = 0\nwhile cond(i) do i = i + 1 end\n"),
+    "nested_loop_conditions": lambda k: (
+        f"local i = 0\nwhile true do\n  repeat i = i + 1 until ({_calls(k // 2 + 1)}) > -1e300\n"
+        f"  while ({_calls(k // 2 + 1)}) > 1e300 do end\nend\n"),
+    "goto_loop": lambda k: f"local i, x = 0, 0\n::top::\ni = i + 1\n{_statements(k)}goto top\n",
+    "goto_loop_in_a_block": lambda k: (
+        f"local i, x = 0, 0\ndo\n  ::top::\n  i = i + 1\n  if i > 0 then\n{_statements(k)}"
+        "  end\n  goto top\nend\n"),
+    "function_body": lambda k: (
+        f"local i, x = 0, 0\nlocal function f()\n{_statements(k)}end\n"
+        "while true do i = i + 1 f() end\n"),
+    "loop_body": lambda k: f"local i, x = 0, 0\nwhile true do\ni = i + 1\n{_statements(k)}end\n",
+    "elseif_chain": lambda k: (
+        "local i, x = 0, 0\nwhile true do\n  i = i + 1\n  if i < 0 then x = 0\n"
+        + "".join(f"  elseif i == {-j - 1} then x = {j}\n" for j in range(k))
+        + "  else x = x + math.sin(i) end\nend\n"),
+    "top_level": lambda k: f"local i, x = 1, 0\n{_statements(k)}return x\n",
+}
+"""Shapes of metering-gap programs: each maps a size to a program (valid Lua)."""
+
+METERING_GAP_MAX = 3_500
+"""Calls or statements at most: past ~6,000 LuaJIT refuses a loop as too long a jump."""
+
+
+def metering_gap_case(rnd: random.Random) -> FuzzCase:
+    """A metering-gap program, three in four after :data:`WARM_UP` and under the ``time``
+    profile (the warm-up alone would use up the ``steps`` profile's budget)."""
+    shape = METERING_GAPS[rnd.choice(sorted(METERING_GAPS))]
+    size = _size(rnd, METERING_GAP_MAX // 2, METERING_GAP_MAX)
+    if rnd.random() < 3 / 4:
+        return FuzzCase(WARM_UP + shape(size), "time")
+    return FuzzCase(shape(size), rnd.choice(PROFILES))
+
+
+def metering_gap_cases() -> st.SearchStrategy[FuzzCase]:
+    """Cases of :func:`metering_gap_case`."""
+    return st.integers(0, 2**64).map(lambda salt: metering_gap_case(random.Random(salt)))
+
+
+def fuzz_cases(max_depth: int = 3) -> st.SearchStrategy[FuzzCase]:
+    """Cases: mostly composed programs (:func:`composed_cases`), one in ten a hostile-size
+    source, one in ten a metering-gap program."""
+    # The special kinds come from a generator seeded with the whole draw: drawn by hypothesis
+    # (which explores by changing a few choices at a time) the same source came back for
+    # many draws in a row, and the first family of each list far more often than the others.
+    kind = st.sampled_from((*[0] * 8, 1, 2))
+
+    def pick(drawn: tuple[int, FuzzCase, int]) -> FuzzCase:
+        which, composed, salt = drawn
+        if which == 0:
+            return composed
+        rnd = random.Random(f"{salt}:{composed.source}")
+        return hostile_size_case(rnd) if which == 1 else metering_gap_case(rnd)
+
+    return st.tuples(kind, composed_cases(max_depth), st.integers(0, 2**32)).map(pick)

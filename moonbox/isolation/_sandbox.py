@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from .._errors import (
+    MAX_SOURCE_BYTES,
     BindingError,
     BudgetExceeded,
     ConfigError,
@@ -20,6 +21,7 @@ from .._errors import (
     MoonboxError,
     SandboxClosed,
     ScriptError,
+    SourceTooLarge,
 )
 from ..sandbox import (
     LUA_KEYWORDS,
@@ -69,6 +71,14 @@ Respawn = Literal["now", "next_call"]
 (``now``), or on the mod's next call (``next_call``: the engine's choice, so that the
 restart is never charged to a call that only waited on the lost one)."""
 
+
+
+def _check_size(source: str | bytes, chunk: str) -> None:
+    """Refuse a source over the limit before it crosses to the worker (as in process)."""
+    if isinstance(source, str) and len(source) * 4 > MAX_SOURCE_BYTES:  # maybe over: count
+        source = source.encode("utf-8", "surrogateescape")
+    if len(source) > MAX_SOURCE_BYTES:
+        raise SourceTooLarge(len(source), MAX_SOURCE_BYTES, chunk=chunk)
 
 class Pool(Protocol):
     """What a sandbox asks of the pool it runs in (a :class:`WorkerPool`): a worker for its
@@ -649,6 +659,7 @@ class IsolatedSandbox:
             ScriptError: kind ``syntax``.
             ConfigError: a bad chunk name.
         """
+        _check_size(source, chunk)
         cid = next(self._chunk_ids)
         reply = self._operation(["load", self._id, cid, source, chunk])
         checks = reply[1] if len(reply) == 2 and type(reply[1]) is int else 0
@@ -723,6 +734,10 @@ class IsolatedSandbox:
                      budget_frame]
         else:
             name = chunk
+            try:
+                _check_size(source, chunk)
+            except SourceTooLarge as exc:  # refused here: never sent to the worker
+                return Outcome("error", (), exc)
             frame = ["run", self._id, None, source, chunk, list(args), max_resumes,
                      budget_frame]
         self._check_open()

@@ -13,12 +13,13 @@ from rich.panel import Panel
 from rich.table import Table
 
 from ..engine import Game
+from ..store import Store
 from ..world import Prefab, World, default_prefabs
 from ._host import ModHost, ReloadResult
 from ._watch import DEBOUNCE_MS, STEP_MS, ModWatcher
 
-__all__ = ["DevSession", "arena_game", "describe_result", "describe_workers", "game_factory",
-           "render"]
+__all__ = ["DevSession", "arena_game", "describe_result", "describe_store", "describe_workers",
+           "game_factory", "render"]
 
 
 def arena_game(**options: Any) -> Game:
@@ -71,6 +72,8 @@ class DevSession:
                                   step_ms=step_ms) if watch else None
         self.results: list[ReloadResult] = []
         self.reports: list[tuple[int, str, str]] = []
+        self.last_tick_s = 0.0
+        """How long the latest :meth:`Game.tick` took, in seconds."""
         self._next_tick = 0.0
 
     def start(self) -> list[ReloadResult]:
@@ -92,7 +95,9 @@ class DevSession:
         elif timeout > 0:
             time.sleep(timeout)
         if time.monotonic() >= self._next_tick:
+            started = time.perf_counter()
             report = self.game.tick()
+            self.last_tick_s = time.perf_counter() - started
             self._next_tick = max(self._next_tick + self.tick_s, time.monotonic() - self.tick_s)
             self.reports.extend((report.tick, mod, line) for mod, line in report.reports)
             del self.reports[:-20]
@@ -134,11 +139,27 @@ def describe_workers(game: Game) -> list[str]:
     return lines
 
 
+def describe_store(store: Store | None) -> list[str]:
+    """What a session must say about its versions store: nothing when it is sound (or
+    there is none); for a damaged one, that it is read-only this session and how to
+    recover it."""
+    if store is None or store.corruption is None:
+        return []
+    path = str(store.path)
+    return [
+        f"versions store {path} is damaged: {store.corruption.findings[0]}",
+        "it is read-only for this session: what it can still read is restored, nothing is "
+        "recorded and nothing is written to it",
+        f"to recover: moonbox versions export FILE --store {path}, move {path} and "
+        f"{path}-wal aside, then moonbox versions import FILE --store {path}",
+    ]
+
+
 def render(session: DevSession) -> Group:
-    """The live view: each mod's version, status and stats, and the latest errors. In an
-    isolated game each mod also shows its worker (pid, resident memory, CPU share, shared
-    with the mods pinned to it) and how often it was built again in a fresh worker, and a
-    panel lists the workers."""
+    """The live view: each mod's version, status and stats, the latest errors, and a
+    warning when the versions store is read-only (damaged). In an isolated game each mod
+    also shows its worker (pid, resident memory, CPU share, shared with the mods pinned to
+    it) and how often it was built again in a fresh worker, and a panel lists the workers."""
     game = session.game
     isolated = game.pool is not None
     workers = game.worker_stats()  # read now; each mod's stats.worker too
@@ -182,6 +203,10 @@ def render(session: DevSession) -> Group:
             lines.append(f"{pid:>8}  rss {_mib(w.rss_bytes):>10}  cpu {w.cpu_percent:3.0f}%  "
                          f"respawns {w.respawns}  mods {escape(', '.join(w.mods) or '-')}")
         parts.append(Panel("\n".join(lines) or "[dim]none[/]", title="workers"))
+    store = describe_store(session.host.store)
+    if store:
+        parts.append(Panel("\n".join(escape(line) for line in store), title="versions store",
+                           border_style="yellow"))
     parts += [Panel("\n".join(errors), title="latest errors", border_style="red"),
               Panel("\n".join(reports), title="reports")]
     return Group(*parts)

@@ -15,7 +15,7 @@ from .._errors import MoonboxError, ScriptError
 from ..bindings import Permissions, Registry
 from ..engine import Game, Mod
 from ..isolation import WorkerPool
-from ..store import Store
+from ..store import Store, StoreError
 from ..world import World
 from ._errors import ModError
 from ._manifest import MANIFEST_NAME, parse_manifest
@@ -124,7 +124,9 @@ class ModHost:
     timers, handlers, waiting tasks and exports go with its sandbox), loads the new one,
     hands it the old per-mod state and calls its ``on_reload(old_state)`` if it defines
     one. Versions that went live are recorded in the versions store, and
-    :meth:`restore` loads them again after a restart.
+    :meth:`restore` loads them again after a restart. A store that is read-only (its file
+    is damaged, see :attr:`Store.corruption`) is read to restore what it can and never
+    written; a record the store refuses goes to :attr:`errors`, and the mod runs on.
 
     In an isolated game (``Game(isolation="process")``) the dry run is isolated too: the
     scratch game runs in a worker process of the host's own (started at the first dry run,
@@ -431,11 +433,15 @@ class ModHost:
                 if state.id in {m.id for m in self.game.mods}:
                     self.game.unload_mod(state.id)
                 del self.mods[state.id]
-                if self.store is not None:
-                    active = self._active()
-                    mods = [m for m in active.mods if m.id != state.id]
-                    self.store.data.record_success(ACTIVE_KEY, _Active(mods=mods).model_dump(),
-                                                   author=self.author, role="modder")
+                store = self._recording()
+                if store is not None:
+                    try:
+                        active = self._active()
+                        mods = [m for m in active.mods if m.id != state.id]
+                        store.data.record_success(ACTIVE_KEY, _Active(mods=mods).model_dump(),
+                                                  author=self.author, role="modder")
+                    except StoreError as exc:
+                        self._not_recorded(f"the removal of mod {state.id!r}", exc)
                 return self._emit(ReloadResult(state.id, True, "", None,
                                                time.perf_counter() - start, removed=True))
         return self._emit(ReloadResult(folder, True, unchanged=True))
@@ -469,8 +475,24 @@ class ModHost:
     def _key(mod_id: str, path: str) -> str:
         return f"mods/{mod_id}/{path}"
 
-    def _record(self, package: ModPackage) -> None:
+    def _recording(self) -> Store | None:
+        """The store to record into: ``None`` without one, or if it is read-only (its file
+        is damaged; nothing is ever written to it)."""
         store = self.store
+        return None if store is None or store.read_only else store
+
+    def _not_recorded(self, what: str, exc: StoreError) -> None:
+        self.errors.append(f"versions store: {what} was not recorded: {exc}")
+        del self.errors[:-50]
+
+    def _record(self, package: ModPackage) -> None:
+        try:
+            self._record_live(package)
+        except StoreError as exc:  # the mod runs on; only its record is missing
+            self._not_recorded(f"mod {package.id!r} {package.manifest.version}", exc)
+
+    def _record_live(self, package: ModPackage) -> None:
+        store = self._recording()
         if store is None:
             return
         files: dict[str, int] = {}
@@ -490,20 +512,61 @@ class ModHost:
                                   author=self.author, role="modder")
 
     def _record_failure(self, package: ModPackage, error: str) -> None:
-        store = self.store
+        store = self._recording()
         if store is None:
             return
-        for path, text in {MANIFEST_NAME: package.manifest_text, **package.files}.items():
-            key = self._key(package.id, path)
-            if key in store.scripts and store.scripts.current(key).content != text:
-                store.scripts.record_failure(key, text, error=error[:4000],
-                                             author=self.author, role="modder")
+        try:
+            for path, text in {MANIFEST_NAME: package.manifest_text, **package.files}.items():
+                key = self._key(package.id, path)
+                if key in store.scripts and store.scripts.current(key).content != text:
+                    store.scripts.record_failure(key, text, error=error[:4000],
+                                                 author=self.author, role="modder")
+        except StoreError as exc:
+            self._not_recorded(f"the failed version of mod {package.id!r}", exc)
 
     def _active(self) -> _Active:
         store = self.store
         if store is None or ACTIVE_KEY not in store.data:
             return _Active()
         return _Active.model_validate(store.data.current(ACTIVE_KEY).content or {"mods": []})
+
+    def recorded_package(self, mod_id: str) -> ModPackage:
+        """The mod as the store has it now: the current revision of each of its files (the
+        files of the version listed as active), e.g. after one of them was rolled back.
+
+        Raises:
+            ModError: ``unknown_mod``: no store, or the store lists no active version of
+                ``mod_id``; ``invalid_manifest``: its recorded manifest no longer parses.
+        """
+        store = self.store
+        entry = next((m for m in self._active().mods if m.id == mod_id), None)
+        if store is None or entry is None:
+            raise ModError(f"the versions store lists no active version of mod {mod_id!r}",
+                           code="unknown_mod", mod=mod_id)
+        try:
+            files = {path: store.scripts.current(self._key(mod_id, path)).content
+                     for path in entry.files}
+        except MoonboxError as exc:
+            raise ModError(f"mod {mod_id!r}: its recorded files cannot be read: {exc}",
+                           code="unknown_mod", mod=mod_id) from None
+        manifest_text = files.pop(MANIFEST_NAME)
+        state = self.mods.get(mod_id)
+        folder = entry.folder or entry.id
+        root = state.package.root if state is not None and state.package is not None \
+            else (self.mods_dir / folder).resolve()
+        label = f"{self.label}/{folder}"
+        manifest = parse_manifest(manifest_text, f"{label}/{MANIFEST_NAME}")
+        return ModPackage(root, manifest, manifest_text, files, {}, label)
+
+    def apply_recorded(self, mod_id: str) -> ReloadResult:
+        """Swap in :meth:`recorded_package` through the usual dry run: how a rollback or
+        reset of one of the mod's files in the store reaches the running game. The files
+        on disk are not touched; the next save of the mod's folder reloads from disk.
+
+        Raises:
+            ModError: as :meth:`recorded_package`.
+        """
+        return self.apply(self.recorded_package(mod_id))
 
     def restore(self) -> list[ReloadResult]:
         """Load the versions the store lists as active, as they were when they went live.
@@ -517,7 +580,13 @@ class ModHost:
             return []
         packages: list[ModPackage] = []
         results: list[ReloadResult] = []
-        for entry in self._active().mods:
+        try:
+            active = self._active()
+        except StoreError as exc:
+            self.errors.append(f"versions store: could not read the recorded versions to "
+                               f"restore them; loading what is on disk: {exc}")
+            return []
+        for entry in active.mods:
             try:
                 files = {path: store.scripts.revision(self._key(entry.id, path), rev).content
                          for path, rev in entry.files.items()}

@@ -1,20 +1,14 @@
 """The hardened LuaJIT runtime: the only part of moonbox that imports lupa."""
 
 from ._budget import Budget, parse_size
+from ._dispatch import FunctionHandle, HostCall, HostFunction
 from ._environment import ALLOWED_GLOBALS, ALLOWED_LIBRARIES, DENIED
 from ._marshal import ValueLimits
-from ._sandbox import (
-    Chunk,
-    FunctionHandle,
-    HostCall,
-    HostFunction,
-    Outcome,
-    Run,
-    Sandbox,
-    Stats,
-    Status,
-)
+from ._outcome import Outcome, Stats, Status
+from ._run import Chunk, Run
+from ._sandbox import Sandbox
 from ._tokenizer import KEYWORDS as LUA_KEYWORDS
+from ._watchdog import STALL_MARGIN_S, Stall, Watchdog
 
 __all__ = [
     "ALLOWED_GLOBALS",
@@ -28,9 +22,12 @@ __all__ = [
     "LUA_KEYWORDS",
     "Outcome",
     "Run",
+    "STALL_MARGIN_S",
     "Sandbox",
+    "Stall",
     "Stats",
     "Status",
     "ValueLimits",
+    "Watchdog",
     "parse_size",
 ]

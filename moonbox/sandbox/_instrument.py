@@ -1,4 +1,5 @@
-"""Source instrumentation: a budget check at every loop body, function entry and ``goto``.
+"""Source instrumentation: a budget check at every loop body, function entry and ``goto``,
+and through long straight-line code.
 
 LuaJIT never runs debug hooks inside compiled traces, so a count hook cannot stop a hot
 loop with the JIT on. Instead the instrumenter writes the check into the source, where the
@@ -17,15 +18,27 @@ Where the checks go, and why that covers every loop:
 - at the start of every ``function`` body (before its first token, so on that token's line):
   recursion, mutual recursion, tail calls and callbacks from C (``sort`` comparators, ``gsub``
   functions, metamethods) pass one;
-- before every ``goto``: the back-edge of a goto loop is the ``goto`` itself. A check after
-  the *label* would break Lua's rule that a label at the end of a block is outside the scope
-  of the block's locals, so the check sits on the jump instead.
+- before every ``goto``: the back-edge of a goto loop is the ``goto`` itself. A check right
+  after the *label* would break Lua's rule that a label at the end of a block is outside the
+  scope of the block's locals, so the check sits on the jump instead;
+- at a statement start inside any block, the main chunk's top level included, once the
+  straight-line code since the block's last check holds :data:`SEGMENT_TOKENS` tokens, and
+  at the first statement after a label (where a ``goto`` lands; a label that ends its block
+  has no statement after it, and no check): code that runs once but is long, or that a goto
+  loop repeats, passes checks as often as a loop does.
 
-Each check charges its body's weight: one step, plus one per :data:`TOKENS_PER_STEP` tokens
-of straight-line code in that body, so a huge loop-free function called in a loop cannot run
-far more work per step than an ordinary one (the meter reads the clock every K steps).
+Each check charges the code it stands before, so a step is a bounded amount of work (the
+meter reads the clock every K steps): one step per :data:`TOKENS_PER_STEP` tokens of
+straight-line code up to the next check (loops and nested functions apart, they have checks
+of their own), plus one step for a loop iteration, a function entry or a ``goto``. A loop's
+check also charges what the loop repeats before its body: a ``while`` condition, a
+``repeat ... until`` condition (a numeric ``for``'s limits and a generic ``for``'s explist run
+once, in the code around the loop). A check that would charge nothing (the top level of a
+short chunk) is left out.
 
-No newline is ever inserted, so every line number a mod sees in an error is its own.
+The planner is one pass over the tokens, never looking further ahead than the next one: its
+work is linear in the source, valid or not, so no text can make loading a mod stall the
+host. No newline is ever inserted, so every line number a mod sees in an error is its own.
 """
 
 from __future__ import annotations
@@ -38,22 +51,28 @@ from dataclasses import dataclass
 
 from ._tokenizer import Token, TokenKind, tokenize
 
-__all__ = ["RESERVED_PREFIX", "ReservedNameError", "Instrumented", "instrument"]
+__all__ = [
+    "RESERVED_PREFIX", "SEGMENT_TOKENS", "TOKENS_PER_STEP", "ReservedNameError", "Instrumented",
+    "instrument",
+]
 
 RESERVED_PREFIX = "__mb"
 
-# A check charges one step per this many tokens of straight-line code in its body (loops and
-# nested functions apart, they have checks of their own), at least one: bodies of ordinary
-# size cost exactly one step, and a step is never more than a bounded amount of work.
+# A check charges one step per this many tokens of the straight-line code it stands before
+# (loops and nested functions apart, they have checks of their own), plus one for a loop
+# iteration, a function entry or a goto: bodies of ordinary size cost exactly one step, and
+# a step is never more than a bounded amount of work.
 TOKENS_PER_STEP = 64
 
-# Tokens after which a ``goto NAME`` starts a statement (it ends a statement or opens a
-# block). After anything else (``=``, ``,``, an operator, ``return``...) ``goto`` is an
-# ordinary variable name in LuaJIT.
-_STATEMENT_BOUNDARY_OPS = frozenset({";", ")", "]", "}", "::", "..."})
-_STATEMENT_BOUNDARY_KEYWORDS = frozenset(
-    {"do", "then", "else", "repeat", "end", "break", "nil", "true", "false"}
-)
+# A block's straight-line code passes a check at least every this many tokens (or one
+# statement, where a statement is longer): the next statement start after a segment this
+# long gets a check of its own, so code that runs once but is long (a main chunk of
+# thousands of lines) lets the meter poll the clock as a loop does.
+SEGMENT_TOKENS = 4 * TOKENS_PER_STEP
+
+# The most a single check charges: the cell is a 32-bit integer and a check's weight stays
+# far below 2^24 (see prelude.lua); no source that fits in memory comes near it.
+MAX_WEIGHT = (1 << 24) - 1
 
 
 class ReservedNameError(ValueError):
@@ -83,16 +102,6 @@ class Instrumented:
 def check_text(cell: str, slow: str, weight: int = 1) -> str:
     """The inline check inserted at each metering point, charging ``weight`` steps."""
     return f" {cell}[0]={cell}[0]-{weight} if {cell}[0]<0 then {slow}()end "
-
-
-def _statement_position(prev: Token | None) -> bool:
-    if prev is None:
-        return True
-    if prev.kind in (TokenKind.NAME, TokenKind.NUMBER, TokenKind.STRING):
-        return True
-    if prev.kind is TokenKind.KEYWORD:
-        return prev.text in _STATEMENT_BOUNDARY_KEYWORDS
-    return prev.text in _STATEMENT_BOUNDARY_OPS
 
 
 def _strip_header(src: str) -> str:
@@ -224,67 +233,329 @@ PLAN_CACHE_MAX_BYTES = 8 << 20
 _plans = _PlanCache(PLAN_CACHE_MAX_BYTES)
 
 
+# -- the plan: one pass over the tokens ----------------------------------------------------
+#
+# The planner follows Lua's statement structure with a stack of frames and a little state,
+# one step per token, never looking further ahead than the next token: its work is linear
+# in the source, valid or not (a mod controls its text, and a pass that rescans would let it
+# stall the host before it runs). It does not check the grammar: the source is compiled
+# unchanged first, so for invalid Lua it only has to stop, with a ValueError when it loses
+# its way. For valid Lua it must find every loop body, function body and `goto`, and the
+# statement starts where a check may go; where it cannot tell, it inserts nothing.
+
+# Frame kinds. A block holds statements; the other frames sit inside one statement.
+_CHUNK, _FUNCTION, _LOOP, _DO, _REPEAT, _IF = range(6)  # blocks (_IF: a branch's body)
+_IF_HEAD, _WHILE_HEAD, _FOR_HEAD, _UNTIL = range(6, 10)  # a condition or a loop header
+_PAREN, _BRACKET, _BRACE = range(10, 13)
+_FUNCTION_NAME, _PARAMETERS = range(13, 15)  # `function a.b:c` and its `(...)`
+
+# Where the scan is within a statement.
+_OPERAND = 0  # an operand comes next (after an operator, `=`, `,`, `(`, `return`, ...)
+_PREFIX = 1  # after a name, call, index or parenthesis: `(`, a string or `{` calls it
+_DONE = 2  # after a literal, an `end`, a label...: `(` here starts the next statement
+_LOCAL = 3  # after `local`
+_GOTO = 4  # after the `goto` of a goto statement
+_LABEL = 5  # after a label's opening `::`
+_LABEL_NAME = 6  # after a label's name
+
+_STATEMENT_KEYWORDS = frozenset(
+    {"local", "if", "while", "for", "repeat", "return", "break", "do", "function"}
+)
+_CLOSERS = frozenset({"end", "else", "elseif", "until"})
+_BINARY_OPS = frozenset({"+", "-", "*", "/", "%", "^", "..", "==", "~=", "<", "<=", ">", ">=",
+                         "=", ",", ".", ":"})  # fmt: skip
+_CLOSE_OF = {")": _PAREN, "]": _BRACKET, "}": _BRACE}
+
+
+class _Frame:
+    """One open construct. ``cur`` is the accumulator its tokens count toward (a block's
+    current segment), ``extra`` a second one or -1 (a ``while`` condition's: the loop
+    repeats it), ``dom`` the accumulator of a check that every path through the construct
+    passes (an ``if``'s segment before the statement, which charges every branch until a
+    branch needs checks of its own; a ``repeat``'s own check, which charges the ``until``
+    condition), ``flag`` a block's pending split (after a label) or a brace's being a call's
+    argument or a function's having a name."""
+
+    __slots__ = ("kind", "cur", "extra", "dom", "flag")
+
+    def __init__(self, kind: int, cur: int, extra: int = -1, flag: bool = False) -> None:
+        self.kind = kind
+        self.cur = cur
+        self.extra = extra
+        self.dom = cur
+        self.flag = flag
+
+
 def _plan_of(src: str) -> Plan:
     """The source without its header line, and where its checks go: their offsets and
     weights.
+
+    Each check charges the code it stands before: a region check (a loop body's, with the
+    loop's `while` or `until` condition, a function body's, a `do` block's) one step plus
+    one per :data:`TOKENS_PER_STEP` tokens; a segment check (a long block's, the chunk's top
+    level) one step per :data:`TOKENS_PER_STEP` tokens; a ``goto`` check one step. Checks
+    that would charge nothing are left out.
 
     Raises: as :func:`instrument`.
     """
     src = _strip_header(src)
     tokens = tokenize(src)
-    # Each check point opens a region (a function or loop body); each token counts toward
-    # the innermost region it is in, nested regions apart. A check charges its region's
-    # weight, so a step stays a bounded amount of straight-line work.
-    inserts: list[tuple[int, int | None]] = []  # (offset, region; None for a goto check)
-    region_tokens = [0]  # region 0: the chunk's top level, which runs once
-    stack = [0]  # the region of each open block (`if` blocks share their parent's)
-    prev: Token | None = None
     count = len(tokens)
+    NAME, KEYWORD, OP = TokenKind.NAME, TokenKind.KEYWORD, TokenKind.OP
+    seg_limit = SEGMENT_TOKENS
+
+    offsets: list[int] = []  # of each check
+    bases: list[int] = []  # steps a check charges whatever its tokens
+    owners: list[int] = []  # the accumulator each check charges for
+    acc = [0]  # token counts; 0: tokens before the chunk's first check (none in valid Lua)
+
+    def add_check(offset: int, base: int, initial: int = 0) -> int:
+        offsets.append(offset)
+        bases.append(base)
+        owners.append(len(acc))
+        acc.append(initial)
+        return len(acc) - 1
+
+    chunk = _Frame(_CHUNK, 0, flag=True)  # the first statement opens the chunk's segment
+    stack = [chunk]
+    top = chunk
+    state = _DONE
+
+    def fail(tok: Token) -> ValueError:
+        return ValueError(f"line {tok.line}: unexpected {tok.text[:40]!r}")
+
     i = 0
     while i < count:
         tok = tokens[i]
-        region_tokens[stack[-1]] += 1
-        if tok.kind is TokenKind.NAME:
-            if tok.text.startswith(RESERVED_PREFIX):
-                raise ReservedNameError(tok.text, tok.line)
-            if (
-                tok.text == "goto"
-                and i + 1 < count
-                and tokens[i + 1].kind is TokenKind.NAME
-                and _statement_position(prev)
-            ):
-                inserts.append((tok.start, None))
-        elif tok.kind is TokenKind.KEYWORD:
-            text = tok.text
-            if text in ("do", "repeat"):
-                stack.append(len(region_tokens))
-                inserts.append((tok.end, len(region_tokens)))
-                region_tokens.append(0)
-            elif text == "function":
-                j = i + 1
-                while j < count and not (
-                    tokens[j].kind is TokenKind.OP and tokens[j].text == "("
-                ):
-                    j += 1
-                while j < count and not (
-                    tokens[j].kind is TokenKind.OP and tokens[j].text == ")"
-                ):
-                    j += 1
-                if j >= count:
-                    raise ValueError(f"line {tok.line}: function without a parameter list")
+        i += 1
+        kind = tok.kind
+        text = tok.text
+        if kind is NAME and text.startswith(RESERVED_PREFIX):
+            raise ReservedNameError(text, tok.line)
+        k = top.kind
+        # Can this token start a statement, were the scan at a block's level?
+        start = False
+        if 0 < state < 3:  # _PREFIX or _DONE
+            if kind is NAME:
+                start = True
+            elif kind is KEYWORD:
+                start = text in _STATEMENT_KEYWORDS
+            elif kind is OP:
+                start = text == "::" or (text == "(" and state == _DONE)
+            if k == _UNTIL and (start or text in _CLOSERS or text == ";"):
+                # The `until` condition ends here; the token belongs to the block around.
+                stack.pop()
+                top = stack[-1]
+                k = top.kind
+        if k <= _IF:  # a block
+            if start:
+                if text != "::" and (top.flag or acc[top.cur] >= seg_limit):
+                    top.cur = add_check(tok.start, 0)
+                    top.flag = False
+                acc[top.cur] += 1
+                if kind is NAME:
+                    if text == "goto" and i < count and tokens[i].kind is NAME:
+                        add_check(tok.start, 1)  # the back-edge of a goto loop
+                        state = _GOTO
+                    else:
+                        state = _PREFIX
+                elif kind is OP:
+                    if text == "::":
+                        state = _LABEL
+                    else:  # "(": a parenthesised call or assignment
+                        top = _Frame(_PAREN, top.cur)
+                        stack.append(top)
+                        state = _OPERAND
+                elif text == "local":
+                    state = _LOCAL
+                elif text == "if":
+                    top = _Frame(_IF_HEAD, top.cur)
+                    stack.append(top)
+                    state = _OPERAND
+                elif text == "while":
+                    acc.append(0)
+                    top = _Frame(_WHILE_HEAD, top.cur, len(acc) - 1)
+                    stack.append(top)
+                    state = _OPERAND
+                elif text == "for":
+                    top = _Frame(_FOR_HEAD, top.cur)
+                    stack.append(top)
+                    state = _OPERAND
+                elif text in ("repeat", "do"):
+                    top = _Frame(_REPEAT if text == "repeat" else _DO, add_check(tok.end, 1))
+                    stack.append(top)
+                    state = _DONE
+                elif text == "function":
+                    top = _Frame(_FUNCTION_NAME, top.cur, flag=True)
+                    stack.append(top)
+                elif text == "return":
+                    state = _OPERAND
+                else:  # break
+                    state = _DONE
+                continue
+            acc[top.cur] += 1
+            if state > _DONE:  # inside `local`, `goto` or a label
+                if state == _LOCAL:
+                    if kind is NAME:
+                        state = _DONE
+                    elif text == "function" and kind is KEYWORD:
+                        top = _Frame(_FUNCTION_NAME, top.cur, flag=True)
+                        stack.append(top)
+                    else:
+                        raise fail(tok)
+                elif state == _LABEL_NAME:
+                    if text != "::" or kind is not OP:
+                        raise fail(tok)
+                    top.flag = True  # a goto may land here: what follows needs its own check
+                    state = _DONE
+                else:
+                    if kind is not NAME:
+                        raise fail(tok)
+                    state = _DONE if state == _GOTO else _LABEL_NAME
+                continue
+            if kind is KEYWORD and text in _CLOSERS:
+                if text == "end":
+                    if k == _CHUNK or k == _REPEAT:
+                        raise fail(tok)
+                    stack.pop()
+                    top = stack[-1]
+                    state = _DONE
+                elif k == _IF and text == "else":
+                    top.cur = top.dom
+                    top.flag = False
+                    state = _DONE
+                elif k == _IF and text == "elseif":
+                    top.kind = _IF_HEAD
+                    top.cur = top.dom
+                    state = _OPERAND
+                elif k == _REPEAT and text == "until":
+                    # The loop's own check charges the condition: every iteration passes it,
+                    # where a goto to a label before `until` skips the body's later ones.
+                    top.kind = _UNTIL
+                    top.cur = top.dom
+                    state = _OPERAND
+                else:
+                    raise fail(tok)
+                continue
+            if text == ";":  # (a string's text holds its quotes)
+                state = _DONE
+                continue
+        elif k == _FUNCTION_NAME:
+            acc[top.cur] += 1
+            if kind is OP and text == "(":
+                top.kind = _PARAMETERS
+            elif not (top.flag and (kind is NAME or (kind is OP and text in (".", ":")))):
+                raise ValueError(f"line {tok.line}: function without a parameter list")
+            continue
+        elif k == _PARAMETERS:
+            acc[top.cur] += 1
+            if kind is OP and text == ")":
+                if i == count:
+                    raise ValueError(f"line {tok.line}: function without a body")
                 # On the line of the body's first token: LuaJIT reports a stack overflow at
                 # a function's first instruction, which is then the check.
-                stack.append(len(region_tokens))
-                inserts.append((tokens[j + 1].start if j + 1 < count else tokens[j].end,
-                                len(region_tokens)))
-                region_tokens.append(0)
-            elif text == "if":
-                stack.append(stack[-1])
-            elif text in ("end", "until") and len(stack) > 1:
+                top.kind = _FUNCTION
+                top.cur = add_check(tokens[i].start, 1)
+                top.flag = False
+                state = _DONE
+            elif not (kind is NAME or (kind is OP and text in (",", "..."))):
+                raise ValueError(f"line {tok.line}: function without a parameter list")
+            continue
+        else:
+            acc[top.cur] += 1
+            if top.extra >= 0:
+                acc[top.extra] += 1
+        # An expression's token, in a block's statement or inside a frame of one.
+        if state == _OPERAND:
+            if kind is NAME:
+                state = _PREFIX
+            elif kind is KEYWORD:
+                if text in ("nil", "true", "false"):
+                    state = _DONE
+                elif text == "function":
+                    top = _Frame(_FUNCTION_NAME, top.cur)
+                    stack.append(top)
+                elif text != "not":
+                    raise fail(tok)
+            elif kind is OP:
+                if text == "(" or text == "[" or text == "{":
+                    top = _Frame(_PAREN if text == "(" else _BRACKET if text == "[" else _BRACE,
+                                 top.cur, top.extra)
+                    stack.append(top)
+                elif text == "...":
+                    state = _DONE
+                elif text in _CLOSE_OF:  # `f()`, `{}`, `{1,}`
+                    if _CLOSE_OF[text] != top.kind:
+                        raise fail(tok)
+                    state = _DONE if text == "}" and not top.flag else _PREFIX
+                    stack.pop()
+                    top = stack[-1]
+                elif text != "-" and text != "#":
+                    raise fail(tok)
+            else:  # a number or a string
+                state = _DONE
+            continue
+        # After a complete expression (_PREFIX or _DONE): an operator, a call, an index, a
+        # closing bracket, or a header's keyword.
+        if kind is OP:
+            if text in _BINARY_OPS:
+                state = _OPERAND
+            elif text in _CLOSE_OF:
+                if _CLOSE_OF[text] != top.kind:
+                    raise fail(tok)
+                state = _DONE if text == "}" and not top.flag else _PREFIX
                 stack.pop()
-        prev = tok
-        i += 1
-    offsets = array("q", [offset for offset, _ in inserts])
-    weights = array("q", [1 if region is None else 1 + region_tokens[region] // TOKENS_PER_STEP
-                          for _, region in inserts])
-    return src, offsets, weights
+                top = stack[-1]
+            elif text == "[" or (state == _PREFIX and (text == "(" or text == "{")):
+                top = _Frame(_PAREN if text == "(" else _BRACKET if text == "[" else _BRACE,
+                             top.cur, top.extra, flag=text == "{")
+                stack.append(top)
+                state = _OPERAND
+            elif text == ";" and k == _BRACE:
+                state = _OPERAND
+            else:
+                raise fail(tok)
+        elif kind is KEYWORD:
+            if text == "and" or text == "or":
+                state = _OPERAND
+            elif text == "do" and (k == _WHILE_HEAD or k == _FOR_HEAD):
+                # The body's check charges the body, and a `while` condition, which each
+                # iteration evaluates again.
+                initial = acc[top.extra] if k == _WHILE_HEAD else 0
+                top.kind = _LOOP
+                top.cur = add_check(tok.end, 1, initial)
+                top.extra = -1
+                top.flag = False
+                state = _DONE
+            elif text == "then" and k == _IF_HEAD:
+                top.kind = _IF
+                top.cur = top.dom
+                top.flag = False
+                state = _DONE
+            elif text == "in" and k == _FOR_HEAD:
+                state = _OPERAND
+            else:
+                raise fail(tok)
+        elif kind is TokenKind.STRING and state == _PREFIX:
+            pass  # a call with a string argument
+        else:
+            raise fail(tok)
+    if top.kind == _UNTIL:
+        stack.pop()
+    if len(stack) != 1:
+        raise ValueError("the source ends inside a block or an expression")
+    weights = array("q", [min(MAX_WEIGHT, base + acc[owner] // TOKENS_PER_STEP)
+                          for base, owner in zip(bases, owners, strict=True)])
+    # Several checks at one offset (a goto's and a segment's) become one; a check that
+    # charges nothing is left out.
+    kept_offsets = array("q")
+    kept_weights = array("q")
+    for offset, weight in zip(offsets, weights, strict=True):
+        if weight <= 0:
+            continue
+        if kept_offsets and kept_offsets[-1] == offset:
+            kept_weights[-1] = min(MAX_WEIGHT, kept_weights[-1] + weight)
+        else:
+            kept_offsets.append(offset)
+            kept_weights.append(weight)
+    return src, kept_offsets, kept_weights

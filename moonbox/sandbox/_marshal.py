@@ -1,8 +1,10 @@
 """Values crossing between Lua and Python: plain data only, with limits.
 
 Lua → Python: the prelude checks the value tree first with raw access (types, cycles,
-depth, item count, string bytes), then :func:`to_python` copies it with lupa's raw
-iteration. No metamethod of the mod runs on the host side.
+depth, item count, string bytes), then :func:`to_python` copies it, each table through the
+prelude's ``pairs_of`` (a walk by slot index, linear whatever the keys; the host's own
+``lua_next`` traversal is quadratic on number keys that share a hash chain). No metamethod
+of the mod runs on the host side.
 
 Python → Lua: :func:`to_lua` builds fresh Lua tables from plain Python data; no Python
 object ever reaches Lua.
@@ -18,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .._errors import HostError
 from ._lua import lua
 
-__all__ = ["ValueLimits", "to_python", "to_lua", "format_value"]
+__all__ = ["ValueLimits", "format_value", "table_pairs", "to_lua", "to_python"]
 
 
 class ValueLimits(BaseModel):
@@ -50,12 +52,32 @@ def _decode(b: bytes) -> str:
     return b.decode("utf-8", "replace")
 
 
-def to_python(value: Any, depth: int = 0) -> Any:
+def table_pairs(pairs_of: Any, pairs_slice: Any, slice_size: int) -> Any:
+    """The function that gives a Lua table's pairs as a flat list ``[k1, v1, k2, v2, ...]``,
+    through the prelude's ``pairs_of`` and ``pairs_slice`` of its runtime."""
+
+    def pairs(table: Any) -> list[Any]:
+        res = pairs_of(table)
+        if type(res) is tuple:
+            return list(res[1:])
+        out: list[Any] = []
+        i = 1
+        while i <= res:
+            j = min(i + slice_size - 1, res)
+            out.extend(pairs_slice(i, j, j == res))
+            i = j + 1
+        return out
+
+    return pairs
+
+
+def to_python(value: Any, pairs: Any, depth: int = 0) -> Any:
     """Copy a checked Lua value into plain Python data.
 
-    Tables whose keys are exactly ``1..n`` become lists, other tables dicts. Strings are
-    decoded as UTF-8 (invalid bytes become U+FFFD). Functions, coroutines and userdata
-    (only reachable in lenient checks) become ``"<function>"``-style placeholders.
+    ``pairs`` is the sandbox's :func:`table_pairs` of the value's runtime. Tables whose
+    keys are exactly ``1..n`` become lists, other tables dicts. Strings are decoded as
+    UTF-8 (invalid bytes become U+FFFD). Functions, coroutines and userdata (only reachable
+    in lenient checks) become ``"<function>"``-style placeholders.
     """
     if value is None or isinstance(value, (bool, int, float)):
         return value
@@ -66,19 +88,20 @@ def to_python(value: Any, depth: int = 0) -> Any:
         return f"<{kind}>"
     if depth > 200:  # the prelude's check bounds depth far below this
         raise HostError("value nested too deeply")
-    items = list(value.items())
+    flat = pairs(value)
+    items = list(zip(flat[::2], flat[1::2], strict=True))
     n = len(items)
     if n and all(type(k) is int and 1 <= k <= n for k, _ in items):
         # Keys are exactly 1..n (n distinct ints in that range), in whatever order lua_next
         # gave them.
         listed: list[Any] = [None] * n
         for k, v in items:
-            listed[k - 1] = to_python(v, depth + 1)
+            listed[k - 1] = to_python(v, pairs, depth + 1)
         return listed
     out: dict[Any, Any] = {}
     for k, v in items:
         key = _decode(k) if isinstance(k, bytes) else k
-        out[key] = to_python(v, depth + 1)
+        out[key] = to_python(v, pairs, depth + 1)
     return out
 
 

@@ -13,11 +13,14 @@ or string it misreads could hide a loop from the meter. Its rules mirror ``lj_le
 - bytes from 0x80 up are identifier characters, as in LuaJIT.
 
 The tokenizer works on ``str``; every character keeps its offset so the instrumenter can
-insert text without moving any line.
+insert text without moving any line. Its work is linear in the source, valid or not (a mod
+controls its text): runs of characters are matched by regular expressions that never
+backtrack, a long bracket is closed with one search, and no text is scanned twice.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 
@@ -36,7 +39,23 @@ _HARD_KEYWORDS = KEYWORDS - {"goto"}
 
 _THREE = ("...",)
 _TWO = ("..", "==", "~=", "<=", ">=", "::")
+_OPS = _THREE + _TWO
 _ONE = frozenset("+-*/%^#=<>(){}[];:,.")
+
+# Runs of characters, each a single character class under one star with nothing after it:
+# a match never backtracks, so each costs time linear in what it consumes, whatever the
+# text (the lexer then moves past it).
+_BLANKS = re.compile(r"[ \t\v\f\r\n]*")
+# A name: bytes from 0x80 up are identifier characters, as in LuaJIT (with surrogateescape,
+# a byte that is not UTF-8 is a lone surrogate, also in this range).
+_NAME = re.compile("[A-Za-z_\x80-\U0010ffff][0-9A-Za-z_\x80-\U0010ffff]*")
+_TO_LINE_END = re.compile(r"[^\r\n]*")
+_EQUALS = re.compile("=*")
+_LINE_BREAKS = re.compile(r"\r\n|\n\r|\r|\n")  # a CR LF or LF CR pair is one break
+_PLAIN = {'"': re.compile(r'[^"\\\r\n]*'), "'": re.compile(r"[^'\\\r\n]*")}
+# A number: identifier characters and dots, and a sign right after the exponent letter.
+_NUMBER = re.compile("(?:[eE][+-]|[0-9A-Za-z_.\x80-\U0010ffff])*")
+_HEX_NUMBER = re.compile("(?:[pP][+-]|[0-9A-Za-z_.\x80-\U0010ffff])*")
 
 
 class TokenKind(Enum):
@@ -64,23 +83,11 @@ class LuaTokenError(ValueError):
         self.line = line
 
 
-def _is_ident_start(ch: str) -> bool:
-    return ch.isascii() and (ch.isalpha() or ch == "_") or ord(ch) >= 0x80
-
-
-def _is_ident(ch: str) -> bool:
-    return ch.isascii() and (ch.isalnum() or ch == "_") or ord(ch) >= 0x80
-
-
 def _long_bracket_level(src: str, pos: int) -> int:
     """Level of a long bracket opening at ``pos`` (``[``), or -1 if there is none."""
-    level = 0
-    i = pos + 1
-    while i < len(src) and src[i] == "=":
-        level += 1
-        i += 1
-    if i < len(src) and src[i] == "[":
-        return level
+    i = _EQUALS.match(src, pos + 1).end()
+    if src.startswith("[", i):
+        return i - pos - 1
     return -1
 
 
@@ -92,16 +99,7 @@ class _Lexer:
 
     def _count_lines(self, start: int, end: int) -> None:
         # A CR LF or LF CR pair is one line break, as in LuaJIT.
-        src = self.src
-        i = start
-        while i < end:
-            ch = src[i]
-            if ch == "\n" or ch == "\r":
-                nxt = src[i + 1] if i + 1 < end else ""
-                if nxt in ("\n", "\r") and nxt != ch:
-                    i += 1
-                self.line += 1
-            i += 1
+        self.line += len(_LINE_BREAKS.findall(self.src, start, end))
 
     def _skip_long_bracket(self, pos: int, level: int, what: str) -> int:
         close = "]" + "=" * level + "]"
@@ -115,7 +113,9 @@ class _Lexer:
         quote = src[pos]
         i = pos + 1
         n = len(src)
+        plain = _PLAIN[quote]
         while True:
+            i = plain.match(src, i).end()
             if i >= n:
                 raise LuaTokenError("unfinished string", self.line)
             ch = src[i]
@@ -142,23 +142,8 @@ class _Lexer:
 
     def _read_number(self, pos: int) -> int:
         src = self.src
-        n = len(src)
-        xp = "e"
-        i = pos
-        if src[i] == "0" and i + 1 < n and src[i + 1] in "xX":
-            xp = "p"
-        prev = ""
-        while i < n:
-            ch = src[i]
-            if _is_ident(ch) or ch == ".":
-                pass
-            elif ch in "+-" and prev.lower() == xp:
-                pass
-            else:
-                break
-            prev = ch
-            i += 1
-        return i
+        hexadecimal = src.startswith(("0x", "0X"), pos)
+        return (_HEX_NUMBER if hexadecimal else _NUMBER).match(src, pos).end()
 
     def tokens(self) -> list[Token]:
         src = self.src
@@ -167,20 +152,24 @@ class _Lexer:
         pos = 0
         # A first line starting with '#' is skipped, as by LuaJIT's loader.
         if src.startswith("#"):
-            while pos < n and src[pos] not in "\r\n":
-                pos += 1
+            pos = _TO_LINE_END.match(src).end()
         while pos < n:
             ch = src[pos]
-            if ch in " \t\v\f":
-                pos += 1
-                continue
-            if ch == "\n" or ch == "\r":
-                pos += 1
-                if pos < n and src[pos] in "\n\r" and src[pos] != ch:
-                    pos += 1
-                self.line += 1
+            if ch in " \t\v\f\r\n":
+                end = _BLANKS.match(src, pos).end()
+                if ch == "\n" or ch == "\r" or end - pos > 1:
+                    self._count_lines(pos, end)
+                pos = end
                 continue
             line = self.line
+            name = _NAME.match(src, pos)
+            if name is not None:
+                end = name.end()
+                word = name.group()
+                kind = TokenKind.KEYWORD if word in _HARD_KEYWORDS else TokenKind.NAME
+                out.append(Token(kind, word, pos, end, line))
+                pos = end
+                continue
             if ch == "-" and src.startswith("--", pos):
                 pos += 2
                 if pos < n and src[pos] == "[":
@@ -190,8 +179,7 @@ class _Lexer:
                         self._count_lines(pos, end)
                         pos = end
                         continue
-                while pos < n and src[pos] not in "\r\n":
-                    pos += 1
+                pos = _TO_LINE_END.match(src, pos).end()
                 continue
             if ch == "[":
                 level = _long_bracket_level(src, pos)
@@ -216,16 +204,7 @@ class _Lexer:
                 out.append(Token(TokenKind.NUMBER, src[pos:end], pos, end, line))
                 pos = end
                 continue
-            if _is_ident_start(ch):
-                end = pos + 1
-                while end < n and _is_ident(src[end]):
-                    end += 1
-                word = src[pos:end]
-                kind = TokenKind.KEYWORD if word in _HARD_KEYWORDS else TokenKind.NAME
-                out.append(Token(kind, word, pos, end, line))
-                pos = end
-                continue
-            for op in _THREE + _TWO:
+            for op in _OPS:
                 if src.startswith(op, pos):
                     out.append(Token(TokenKind.OP, op, pos, pos + len(op), line))
                     pos += len(op)

@@ -17,11 +17,21 @@ or per resume, not per binding call.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Stall", "Watchdog"]
+__all__ = ["STALL_MARGIN_S", "Stall", "Watchdog", "stall_margin_s"]
+
+STALL_MARGIN_S = 0.25
+"""The least time past its wall budget a resume may take before the host treats it as
+stalled (with a watchdog) or as a time trip after the fact (without); the margin is the
+wall budget itself when that is longer. It covers what the meter may overshoot by, so an
+ordinary time trip, with its line, comes first."""
+
+
+def stall_margin_s(wall_s: float) -> float:
+    """The stall margin of a wall budget: STALL_MARGIN_S, or the budget if longer."""
+    return max(STALL_MARGIN_S, wall_s)
 
 # The longest single wait on a lock; a longer deadline is waited for in several.
 _MAX_WAIT_S = min(threading.TIMEOUT_MAX, 3600.0)
@@ -32,7 +42,7 @@ class Stall:
 
     Attributes:
         waited_s: how long the caller waited, in seconds.
-        deadline_s: the deadline (``time.perf_counter()`` clock) the wait ran out at.
+        deadline_s: the time (on the caller's clock) the wait ran out at.
     """
 
     __slots__ = ("waited_s", "deadline_s")
@@ -98,22 +108,14 @@ class _Runner:
 
 
 class Watchdog:
-    """Runs calls on a runner thread and stops waiting for one at its deadline plus a margin.
+    """Runs calls on a runner thread and stops waiting for one at its deadline.
 
     Not itself thread-safe: one caller thread at a time (a game's tick thread, a sandbox's
-    user). Abandoned runners are counted in :attr:`stalls` and listed (while their thread
-    still runs) in :attr:`stuck`.
-
-    Args:
-        margin_s: how long past a call's deadline the caller still waits, in seconds. It
-            covers what the in-VM meter may overshoot by, so an ordinary time trip, with its
-            line, always wins over a stall.
+    user); sandboxes used from one thread may share one. Abandoned runners are counted in
+    :attr:`stalls` and counted (while their thread still runs) by :attr:`stuck`.
     """
 
-    def __init__(self, margin_s: float = 0.25) -> None:
-        if not margin_s > 0:
-            raise ValueError("margin_s must be a positive number of seconds")
-        self.margin_s = margin_s
+    def __init__(self) -> None:
         self.stalls = 0
         self._runner: _Runner | None = None
         self._stuck: list[_Runner] = []
@@ -124,13 +126,15 @@ class Watchdog:
         self._stuck = [r for r in self._stuck if r.alive]
         return len(self._stuck)
 
-    def call(self, deadline: Callable[[], float], fn: Callable[..., Any],
-             *args: Any) -> Any:
+    def call(self, deadline: Callable[[], float], clock: Callable[[], float],
+             fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` on the runner; its result, or a :class:`Stall`.
 
-        ``deadline()`` gives the absolute deadline on the ``time.perf_counter()`` clock; it
-        is read again whenever the wait runs out, so work that excludes time (an approval
-        the mod waits for) may move it later. What ``fn`` raises is raised here. A
+        ``deadline()`` gives the absolute time to stop waiting at, on the clock ``clock``
+        (the caller's margin included: it should cover what the in-VM meter may overshoot
+        by, so an ordinary time trip, with its line, wins over a stall); it is read again
+        whenever the wait runs out, so work that excludes time (an approval the mod waits
+        for) may move it later. What ``fn`` raises is raised here. A
         ``KeyboardInterrupt`` (or any exception) while waiting abandons the runner too,
         since the work it holds is in an unknown state, and is raised on.
         """
@@ -138,14 +142,14 @@ class Watchdog:
         if runner is None:
             runner = self._runner = _Runner()
         job = runner.submit(fn, args)
-        started = time.perf_counter()
+        started = clock()
         try:
             while True:
-                end = deadline() + self.margin_s
-                if runner.wait(end - time.perf_counter()):
+                end = deadline()
+                if runner.wait(end - clock()):
                     break
-                now = time.perf_counter()
-                if now >= deadline() + self.margin_s:
+                now = clock()
+                if now >= deadline():
                     self._abandon(runner)
                     return Stall(now - started, end)
         except BaseException:

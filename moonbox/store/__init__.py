@@ -4,7 +4,8 @@ A game that lets an LLM (or a modder) change its scripts and data needs one thin
 all: getting back to a known good state, fast, after any crash. :class:`Store` keeps, per
 key, the original, the current revision and a bounded history in one SQLite file per game;
 every write is atomic and durable, and two processes may write at once without losing an
-update. See docs/store.md.
+update. A damaged file opens read-only and exports what can still be read
+(:class:`StoreCorrupt`). See docs/store.md.
 
 The store stands alone: it imports nothing of the sandbox or the bindings.
 :func:`store_bindings` (in ``_mod_api``, which imports the bindings) is the mod API over it.
@@ -12,12 +13,13 @@ The store stands alone: it imports nothing of the sandbox or the bindings.
 
 from typing import TYPE_CHECKING
 
-from ._errors import StoreError, StoreErrorCode
+from ._errors import StoreCorrupt, StoreError, StoreErrorCode
 from ._exchange import EXPORT_FORMAT, EXPORT_FORMAT_VERSION
 from ._model import KEY_MAX_CHARS, KeyInfo, Kind, Outcome, Revision, RevisionRef
 from ._overlay import apply_overlay
 from ._schema import SCHEMA_VERSION
 from ._store import (
+    CHECK_MAX_BYTES,
     DEFAULT_MAX_REVISIONS,
     MIN_MAX_REVISIONS,
     DataOverlays,
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from ._mod_api import store_bindings
 
 __all__ = [
+    "CHECK_MAX_BYTES",
     "DEFAULT_MAX_REVISIONS",
     "EXPORT_FORMAT",
     "EXPORT_FORMAT_VERSION",
@@ -43,6 +46,7 @@ __all__ = [
     "RevisionRef",
     "ScriptVersions",
     "Store",
+    "StoreCorrupt",
     "StoreError",
     "StoreErrorCode",
     "apply_overlay",

@@ -11,23 +11,28 @@ The document::
 
 Script revisions carry ``source`` (text), data revisions ``payload`` (JSON). An import
 checks every hash against its content, so a hand-edited file cannot slip in content
-under another version's hash.
+under another version's hash. An export salvaged from a damaged store (see ``_salvage``)
+also has ``lost``, the list of what could not be read; an import takes what is there.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 from pydantic import ValidationError as _ValidationError
 
-from ._errors import StoreError
+from ._errors import StoreCorrupt, StoreError
+from ._integrity import key_problem, revision_problem
 from ._model import CONTENT_FIELD, check_key
 from ._overlay import canonical_json, check_json, content_hash
 
-__all__ = ["EXPORT_FORMAT", "EXPORT_FORMAT_VERSION", "export_rows", "import_rows", "parse_export"]
+__all__ = ["EXPORT_FORMAT", "EXPORT_FORMAT_VERSION", "export_rows", "import_rows", "parse_export",
+           "write_json"]
 
 EXPORT_FORMAT = "moonbox-versions"
 EXPORT_FORMAT_VERSION = 1
@@ -61,29 +66,55 @@ class _Key(BaseModel):
     revisions: list[_Revision] = Field(min_length=1)
 
 
+class _Lost(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    what: Literal["revision", "key", "pointer", "rows"]
+    kind: StrictStr | None = None
+    key: StrictStr | None = None
+    rev: StrictInt | None = None
+    reason: StrictStr
+
+
 class _Document(BaseModel):
     model_config = ConfigDict(extra="forbid")
     format: Literal["moonbox-versions"]
     format_version: Literal[1]
     exported_at_s: _Time
     keys: list[_Key]
+    lost: list[_Lost] | None = None  # only in an export salvaged from a damaged store
 
 
-def export_rows(conn: sqlite3.Connection, now: float) -> dict[str, Any]:
-    """Every key and revision, in a read transaction the caller holds."""
+def export_rows(conn: sqlite3.Connection, now: float, path: str) -> dict[str, Any]:
+    """Every key and revision, in a read transaction the caller holds.
+
+    Raises:
+        StoreCorrupt: a row that is damaged (a revision whose content does not match its
+            hash, one with no key, a key row that is not numbers); the caller salvages.
+    """
     keys: list[dict[str, Any]] = []
     by_key: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for kind, key, original, current, next_rev, limit, updated in conn.execute(
             "SELECT kind, key, original, current, next_rev, max_revisions, updated_at "
             "FROM keys ORDER BY kind, key"):
+        problem = key_problem(original, current, next_rev, limit, updated)
+        if problem is not None or kind not in CONTENT_FIELD:
+            raise StoreCorrupt(path, (problem or f"a key of kind {kind!r}",),
+                               doing=f"exporting key {key!r}")
         revisions: list[dict[str, Any]] = []
         by_key[(kind, key)] = revisions
         keys.append({"kind": kind, "key": key, "original": original, "current": current,
                      "next_rev": next_rev, "max_revisions": limit, "updated_at_s": updated,
                      "revisions": revisions})
-    for kind, key, rev, text, digest, at, author, role, trace_id, outcome, error in conn.execute(
+    for kind, key, *row in conn.execute(
             "SELECT kind, key, rev, content, hash, recorded_at, author, role, trace_id, "
             "outcome, error FROM revisions ORDER BY kind, key, rev"):
+        rev, text, digest, at, author, role, trace_id, outcome, error = row
+        problem = revision_problem(row)
+        if problem is None and (kind, key) not in by_key:
+            problem = "it belongs to no key"
+        if problem is not None:
+            raise StoreCorrupt(path, (problem,), doing=f"exporting {kind} {key!r} revision "
+                                                       f"{rev}", kind=kind, key=key)
         by_key[(kind, key)].append({
             "rev": rev, CONTENT_FIELD[kind]: text if kind == "script" else json.loads(text),
             "hash": digest, "recorded_at_s": at, "author": author, "role": role,
@@ -91,6 +122,21 @@ def export_rows(conn: sqlite3.Connection, now: float) -> dict[str, Any]:
         })
     return {"format": EXPORT_FORMAT, "format_version": EXPORT_FORMAT_VERSION,
             "exported_at_s": now, "keys": keys}
+
+
+def write_json(data: dict[str, Any], path: Path) -> None:
+    """Write an export to ``path`` as readable JSON, atomically: a temporary file in the
+    same directory, flushed to disk, then renamed over ``path``."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _bad(message: str) -> StoreError:

@@ -77,6 +77,8 @@ def store_bindings(
 
     A store error reaches Lua as one line, ``name: message``, with the store's code as
     the binding's reason (``unknown_key``, ``unknown_revision``, ``failed_revision``, ...).
+    A failure of the store's file (``corrupt_store``, ``io_error``, ``busy``) reaches it
+    without the file's path: a neutral line that the host must recover the store.
     """
     out: list[Binding] = []
     if scripts:
@@ -160,10 +162,19 @@ def _current_table(versions: ScriptVersions | DataOverlays, r: Revision) -> dict
     return out
 
 
+# Failures of the store's file are the host's to mend: a mod sees what it can do about
+# them, never the file's path or what SQLite said.
+_FILE_FAILURES: dict[str, str] = {
+    "corrupt_store": "the versions store is damaged and read-only; the host must recover it",
+    "io_error": "the versions store cannot be used now; the host must check it",
+    "busy": "the versions store is busy; try again later",
+}
+
+
 @contextmanager
 def _store_errors() -> Iterator[None]:
     """Turn a :class:`StoreError` into the one-line :class:`BindingError` a mod sees."""
     try:
         yield
     except StoreError as exc:
-        raise BindingError(exc.message, reason=exc.code) from None
+        raise BindingError(_FILE_FAILURES.get(exc.code, exc.message), reason=exc.code) from None

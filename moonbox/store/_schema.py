@@ -15,9 +15,11 @@ Version history:
 from __future__ import annotations
 
 import sqlite3
+from contextlib import suppress
 from pathlib import Path
 
 from ._errors import StoreError
+from ._integrity import classify
 
 __all__ = ["SCHEMA_V1", "SCHEMA_VERSION", "connect", "open_schema"]
 
@@ -100,20 +102,20 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
 }
 
 
-def connect(path: Path, *, create: bool, durable: bool, busy_timeout_s: float) -> sqlite3.Connection:
-    """Open (or create) the file in WAL mode, with transactions under our control.
+def connect(path: Path, *, durable: bool, busy_timeout_s: float) -> sqlite3.Connection:
+    """Open (or create) the file for writing, in WAL mode, with transactions under our control.
+
+    Call it only on a file that passed the integrity check (or on a new one): setting the
+    journal mode can write the file.
 
     Raises:
-        StoreError: ``no_store`` if the file is missing and ``create`` is false;
-            ``not_a_store`` if it is not an SQLite database.
+        StoreError: the failure, classified (see :func:`~._integrity.classify`).
     """
-    if not create and not path.exists():
-        raise StoreError(
-            f"no versions store at {path}; pass the path of an existing store, or create one "
-            "by recording into it or importing an export", code="no_store",
-        )
-    conn = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None,
-                           check_same_thread=False)
+    try:
+        conn = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None,
+                               check_same_thread=False)
+    except sqlite3.DatabaseError as exc:
+        raise classify(exc, path, "opening it") from exc
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
         conn.execute("PRAGMA journal_mode = WAL")
@@ -122,10 +124,7 @@ def connect(path: Path, *, create: bool, durable: bool, busy_timeout_s: float) -
         conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
     except sqlite3.DatabaseError as exc:
         conn.close()
-        if exc.sqlite_errorname != "SQLITE_NOTADB":
-            raise
-        raise StoreError(f"{path} is not a versions store ({exc}); check the path",
-                         code="not_a_store") from None
+        raise classify(exc, path, "opening it") from exc
     return conn
 
 
@@ -135,6 +134,7 @@ def open_schema(conn: sqlite3.Connection, path: Path) -> int:
     Raises:
         StoreError: ``not_a_store`` for a database that holds other tables;
             ``schema_too_new`` for a file written by a newer moonbox.
+        sqlite3.DatabaseError: for the caller to classify.
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -165,5 +165,6 @@ def open_schema(conn: sqlite3.Connection, path: Path) -> int:
         return version
     except BaseException:
         if conn.in_transaction:
-            conn.execute("ROLLBACK")
+            with suppress(sqlite3.DatabaseError):
+                conn.execute("ROLLBACK")
         raise

@@ -12,24 +12,37 @@ import difflib
 import json
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
 from .._errors import ConfigError
-from . import _exchange
-from ._errors import StoreError
+from . import _exchange, _salvage
+from ._errors import FINDINGS_MAX, StoreCorrupt, StoreError
+from ._integrity import (
+    CHECK_MAX_BYTES,
+    SQLITE_MAGIC,
+    classify,
+    file_findings,
+    key_problem,
+    page_size_of,
+    quick_check,
+    read_only_uri,
+    revision_problem,
+    wal_damage,
+)
 from ._model import KeyInfo, Kind, Outcome, Revision, RevisionRef, check_key
 from ._overlay import apply_overlay, canonical_json, check_json, content_hash
 from ._schema import connect, open_schema
 
 __all__ = [
-    "DEFAULT_MAX_REVISIONS", "DataOverlays", "MIN_MAX_REVISIONS",
+    "CHECK_MAX_BYTES", "DEFAULT_MAX_REVISIONS", "DataOverlays", "MIN_MAX_REVISIONS",
     "ScriptVersions", "Store",
 ]
 
@@ -57,21 +70,35 @@ class Store:
     Open it once per process and share it between threads; two processes may open the same
     file and write at the same time. Use it as a context manager, or call :meth:`close`.
 
+    Opening an existing file checks it first, through a read-only connection (see
+    ``_integrity``): its size and header, its write-ahead log, and ``PRAGMA quick_check``
+    of the whole file, or of the ``keys`` table only when the file is larger than
+    ``check_max_bytes``. A damaged file still opens, read-only: :attr:`corruption` says
+    what the check found, every write raises it (``corrupt_store``) and writes nothing,
+    reads go on while they can (a read that meets damage raises ``corrupt_store``), and
+    :meth:`export` salvages what can be read. Damage that a read or write meets later
+    makes the store read-only the same way.
+
     Args:
         path: the SQLite file (one per game), created if missing unless ``create`` is false.
         max_revisions: revisions kept per key unless a key has its own limit (see
             ``set_retention``); at least :data:`MIN_MAX_REVISIONS`. The oldest are evicted
             first; a key's original and current revision are never evicted.
-        create: create the file if it does not exist.
+        create: create the file if it does not exist (or is empty).
         durable: a write is on disk when it returns (``synchronous=FULL``). With false, a
             power cut may lose the last writes; a crash still never tears one.
         busy_timeout_s: how long a write waits for another writer before failing.
+        check_max_bytes: files (with their WAL) up to this size get the whole quick check
+            on open, which reads every page (about 2 ms per MiB); larger ones get the
+            ``keys`` table checked, and :meth:`check` checks the rest. ``None``: always
+            the whole file.
         clock: the time source for ``recorded_at_s`` (Unix seconds); inject one in tests.
 
     Raises:
-        ConfigError: a retention limit or timeout that cannot be enforced.
-        StoreError: ``no_store``, ``not_a_store`` or ``schema_too_new`` (see
-            :class:`StoreError`).
+        ConfigError: a retention limit, timeout or check size that cannot be enforced.
+        StoreError: ``no_store``, ``not_a_store``, ``schema_too_new``, ``io_error`` or
+            ``busy`` (see :class:`StoreError`). A damaged file is not an error here: see
+            :attr:`corruption`.
     """
 
     def __init__(
@@ -82,33 +109,38 @@ class Store:
         create: bool = True,
         durable: bool = True,
         busy_timeout_s: float = 30.0,
+        check_max_bytes: int | None = CHECK_MAX_BYTES,
         clock: Callable[[], float] = time.time,
     ) -> None:
         _check_retention(max_revisions)
         if not busy_timeout_s >= 0:
             raise ConfigError("busy_timeout_s must be zero or more seconds")
+        if check_max_bytes is not None and (
+                not isinstance(check_max_bytes, int) or isinstance(check_max_bytes, bool)
+                or check_max_bytes < 0):
+            raise ConfigError("check_max_bytes must be an int of zero or more bytes, or None")
         self.path = Path(path)
         self.max_revisions = max_revisions
         self._clock = clock
         self._lock = threading.RLock()
-        conn = connect(self.path, create=create, durable=durable, busy_timeout_s=busy_timeout_s)
-        try:
-            self.schema_version = open_schema(conn, self.path)
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            if exc.sqlite_errorname != "SQLITE_NOTADB":
-                raise
-            raise StoreError(f"{self.path} is not a versions store ({exc}); check the path",
-                             code="not_a_store") from None
-        except BaseException:
-            conn.close()
-            raise
-        self._conn: sqlite3.Connection | None = conn
+        self._durable = durable
+        self._busy_timeout_s = busy_timeout_s
+        self.corruption: StoreCorrupt | None = None
+        """What the integrity check (or a later read or write) found, or ``None``."""
+        self.check_scope: Literal["file", "keys"] = "file"
+        """What the check on open read: the whole ``file``, or the ``keys`` table only
+        (a file larger than ``check_max_bytes``)."""
+        self.schema_version: int | None = None
+        """The file's schema version (``None`` if a damaged file does not say)."""
+        self._conn: sqlite3.Connection | None = None
+        self._conn_read_only = False
+        self._conn = self._open(create, check_max_bytes)
         self.scripts = ScriptVersions(self)
         self.data = DataOverlays(self)
 
     def __repr__(self) -> str:
-        state = "closed" if self._conn is None else "open"
+        state = "closed" if self._conn is None else (
+            "read-only, damaged" if self.corruption is not None else "open")
         return f"<Store {str(self.path)!r} {state}>"
 
     def __enter__(self) -> Store:
@@ -121,6 +153,8 @@ class Store:
         """Close the file. Idempotent; every later operation raises ``closed``."""
         with self._lock:
             if self._conn is not None:
+                if self.corruption is not None:
+                    self._go_read_only()  # so that closing cannot checkpoint into the file
                 self._conn.close()
                 self._conn = None
 
@@ -128,6 +162,39 @@ class Store:
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._conn is None
+
+    @property
+    def read_only(self) -> bool:
+        """Whether writes are refused: the file is damaged (see :attr:`corruption`)."""
+        return self.corruption is not None
+
+    def check(self) -> StoreCorrupt | None:
+        """Check the whole file now, however large (see ``check_max_bytes``); the verdict.
+
+        Returns ``None`` if the file is sound, else the damage found (also kept in
+        :attr:`corruption`, and the store is read-only from then on).
+
+        Raises:
+            StoreError: ``closed``, ``io_error`` or ``busy``.
+        """
+        with self._lock:
+            conn = self._live()
+            if self.corruption is not None:
+                return self.corruption
+            try:
+                findings = self._findings(conn, _read_header(self.path), None,
+                                          read_only=self._conn_read_only)
+            except OSError as exc:
+                raise self._os_error(exc) from exc
+            except sqlite3.DatabaseError as exc:
+                error = self._failed(exc, "checking it")
+                if isinstance(error, StoreCorrupt):
+                    return error
+                raise error from exc
+            self.check_scope = "file"
+            if findings:
+                return self._damaged(StoreCorrupt(str(self.path), findings))
+            return None
 
     def versions(self, kind: Kind) -> ScriptVersions | DataOverlays:
         """:attr:`scripts` for ``script``, :attr:`data` for ``data``."""
@@ -141,9 +208,9 @@ class Store:
         """Every key (of one kind, if given) whose name starts with ``prefix``, by kind and key."""
         kinds: tuple[Kind, ...] = (kind,) if kind else ("data", "script")
         out: list[KeyInfo] = []
-        with self._transaction(write=False) as conn:
+        with self._transaction(write=False, doing="listing the keys") as conn:
             for k in kinds:
-                out += _key_infos(conn, k, prefix)
+                out += self._key_infos(conn, k, prefix)
         return out
 
     def reset_all(self, kind: Kind | None = None, *, prefix: str = "") -> int:
@@ -151,6 +218,9 @@ class Store:
 
         One transaction: all keys are reset, or (on a crash) none. History is kept, so each
         key can be rolled forward again. Returns how many keys changed.
+
+        Raises:
+            StoreError: ``corrupt_store`` on a damaged store (nothing is reset).
         """
         kinds: tuple[Kind, ...] = (kind,) if kind else ("data", "script")
         now = self._clock()
@@ -165,24 +235,31 @@ class Store:
         return changed
 
     def export(self) -> dict[str, Any]:
-        """Everything in the store as plain data (the shape of :meth:`export_json`)."""
-        with self._transaction(write=False) as conn:
-            return _exchange.export_rows(conn, self._clock())
+        """Everything in the store as plain data (the shape of :meth:`export_json`).
 
-    def export_json(self, path: str | os.PathLike[str]) -> int:
-        """Write :meth:`export` to a readable JSON file (atomically); return the key count."""
-        data = self.export()
-        target = Path(path)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=2, ensure_ascii=False)
-                f.write("\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
+        On a damaged store (see :attr:`corruption`; a damaged row met here makes it one)
+        this salvages: every key and revision that can still be read, row by row, and
+        under ``lost`` one entry for each revision, key or key pointer that could not be
+        read, or rows that could not be read and that nothing names (see ``_salvage``).
+        Such an export imports like any other. An export of a sound store has no ``lost``.
+        """
+        now = self._clock()
+        if self.corruption is None:
+            try:
+                with self._transaction(write=False, doing="exporting") as conn:
+                    return _exchange.export_rows(conn, now, str(self.path))
+            except StoreCorrupt:
+                pass  # the store is read-only now: salvage what can be read
+        with self._lock:
+            return _salvage.salvage_rows(self._live(), now)
+
+    def export_json(self, path: str | os.PathLike[str], *,
+                    data: dict[str, Any] | None = None) -> int:
+        """Write :meth:`export` (or ``data``, an export already made) to a readable JSON file,
+        atomically; return the key count. A salvaged export lists what it lost in the file."""
+        if data is None:
+            data = self.export()
+        _exchange.write_json(data, Path(path))
         return len(data["keys"])
 
     def import_data(self, data: Any, *, replace: bool = False) -> int:
@@ -191,11 +268,12 @@ class Store:
         Each key in the export arrives with its whole history, revision numbers and
         original and current as they were. Keys already in the store are refused unless
         ``replace`` is true, which replaces them (their history too); other keys are
-        untouched.
+        untouched. A salvaged export's ``lost`` list is not imported.
 
         Raises:
             StoreError: ``invalid_export`` for a malformed export or a hash that does not
-                match its content; ``key_exists`` for keys present without ``replace``.
+                match its content; ``key_exists`` for keys present without ``replace``;
+                ``corrupt_store`` on a damaged store.
         """
         keys = _exchange.parse_export(data)
         with self._transaction(write=True) as conn:
@@ -212,29 +290,337 @@ class Store:
                              code="invalid_export") from None
         return self.import_data(data, replace=replace)
 
-    @contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[sqlite3.Connection]:
-        """One transaction; a write one holds the file's write lock from its first statement."""
+    # --- opening and checking ------------------------------------------------------------
+
+    def _open(self, create: bool, check_max_bytes: int | None) -> sqlite3.Connection:
+        """The connection to use: read-write on a sound (or new) file, read-only on a
+        damaged one (then :attr:`corruption` is set)."""
+        path = self.path
+        try:
+            info = path.stat()
+        except FileNotFoundError:
+            left = _size(Path(f"{path}-wal"))
+            if left:
+                # Creating a file here would have SQLite delete the log of another store.
+                raise StoreError(
+                    f"no versions store at {path}, but {path}-wal is there ({left} bytes): "
+                    "the write-ahead log of a store moved or deleted without it; put it back "
+                    "beside its store, or move it aside, then open again", code="no_store",
+                    path=str(path)) from None
+            if not create:
+                raise StoreError(
+                    f"no versions store at {path}; pass the path of an existing store, or "
+                    "create one by recording into it or importing an export",
+                    code="no_store", path=str(path)) from None
+            return self._open_for_writing()
+        except OSError as exc:
+            raise self._os_error(exc) from exc
+        if stat.S_ISDIR(info.st_mode):
+            raise StoreError(f"{path} is a directory, not a versions store; pass the path of "
+                             "the store's file", code="not_a_store", path=str(path))
+        try:
+            header = _read_header(path)
+        except OSError as exc:
+            raise self._os_error(exc) from exc
+        wal_bytes = _size(Path(f"{path}-wal"))
+        if not header and not wal_bytes:
+            if not create:
+                raise StoreError(
+                    f"{path} is an empty file, not a versions store; pass the path of an "
+                    "existing store, or create one by recording into it or importing an "
+                    "export", code="no_store", path=str(path))
+            return self._open_for_writing()  # a store whose creation was cut short
+        if header and not header.startswith(SQLITE_MAGIC[:len(header)]):
+            raise StoreError(
+                f"{path} is not an SQLite database, so not a versions store; check the path "
+                "(if it was a store, its first page is destroyed: import an export of it "
+                "into a new store)", code="not_a_store", path=str(path))
+        if len(header) < 100:
+            findings = [f"the file is {len(header)} bytes, shorter than an SQLite header"
+                        + (f", and its write-ahead log holds {wal_bytes} bytes" if wal_bytes
+                           else "")]
+            return self._open_damaged(findings)
+        try:
+            checker = sqlite3.connect(read_only_uri(path), uri=True, isolation_level=None,
+                                      timeout=self._busy_timeout_s, check_same_thread=False)
+        except sqlite3.DatabaseError as exc:
+            raise classify(exc, self.path, "opening it") from exc
+        try:
+            findings = self._findings(checker, header, check_max_bytes, read_only=True)
+        except sqlite3.DatabaseError as exc:
+            error = classify(exc, path, "checking it")
+            if not isinstance(error, StoreCorrupt):
+                checker.close()
+                if (getattr(exc, "sqlite_errorname", None) or "").startswith("SQLITE_READONLY"):
+                    # A read-only connection cannot roll back a hot journal or rebuild
+                    # the WAL index: check through a writing one, before anything else.
+                    return self._check_writing(header, check_max_bytes)
+                raise error from exc
+            findings = list(error.findings)
+        if findings:
+            self.corruption = StoreCorrupt(str(path), findings)
+            _as_reader(checker)
+            self.schema_version = _read_version(checker)
+            self._conn_read_only = True
+            return checker
+        checker.close()
+        return self._open_for_writing()
+
+    def _open_damaged(self, findings: list[str]) -> sqlite3.Connection:
+        """A connection to a file too short to hold an SQLite header: ``immutable``, so
+        SQLite takes no lock and leaves the WAL alone (it deletes the WAL of an empty file,
+        even from a read-only connection). Every read of it fails as damage."""
+        self.corruption = StoreCorrupt(str(self.path), findings)
+        try:
+            conn = sqlite3.connect(read_only_uri(self.path) + "&immutable=1", uri=True,
+                                   isolation_level=None, check_same_thread=False)
+        except sqlite3.DatabaseError as exc:
+            raise classify(exc, self.path, "opening it") from exc
+        _as_reader(conn)
+        self._conn_read_only = True
+        return conn
+
+    def _open_for_writing(self) -> sqlite3.Connection:
+        """Open read-write and create or migrate the schema (a sound or new file only)."""
+        conn = connect(self.path, durable=self._durable, busy_timeout_s=self._busy_timeout_s)
+        try:
+            self.schema_version = open_schema(conn, self.path)
+        except sqlite3.DatabaseError as exc:
+            conn.close()  # the schema's transaction rolled back: the file is as it was
+            raise classify(exc, self.path, "opening its schema") from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _check_writing(self, header: bytes, check_max_bytes: int | None) -> sqlite3.Connection:
+        """Check through a plain read-write connection, which sets nothing on the file
+        (its first read may roll back a hot journal, as any opening would)."""
+        try:
+            conn = sqlite3.connect(self.path, timeout=self._busy_timeout_s,
+                                   isolation_level=None, check_same_thread=False)
+        except sqlite3.DatabaseError as exc:
+            raise classify(exc, self.path, "opening it") from exc
+        try:
+            findings = self._findings(conn, header, check_max_bytes, read_only=False)
+        except sqlite3.DatabaseError as exc:
+            error = classify(exc, self.path, "checking it")
+            if not isinstance(error, StoreCorrupt):
+                conn.close()
+                raise error from exc
+            findings = list(error.findings)
+        if not findings:
+            conn.close()
+            return self._open_for_writing()
+        self.corruption = StoreCorrupt(str(self.path), findings)
+        self.schema_version = _read_version(conn)
+        return conn  # made read-only at first use, or at close
+
+    def _findings(self, conn: sqlite3.Connection, header: bytes, check_max_bytes: int | None,
+                  *, read_only: bool) -> list[str]:
+        """What the checks on ``conn`` find wrong with the file (``[]``: sound). On a
+        ``read_only`` connection a check that cannot start is run again, taking the file
+        as it is, for its details.
+
+        Raises:
+            sqlite3.DatabaseError: a failure that is not damage (a lock, permissions).
+        """
+        page_size = page_size_of(header)
+        try:
+            page_count = conn.execute("PRAGMA page_count").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            if not isinstance(classify(exc, self.path, ""), StoreCorrupt):
+                raise
+            page_count = 0
+        findings = file_findings(self.path, header, page_size, page_count)
+        total = _size(self.path) + _size(Path(f"{self.path}-wal"))
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+            if check_max_bytes is None or total <= check_max_bytes or "keys" not in tables:
+                self.check_scope = "file"
+                findings += quick_check(conn)
+            else:
+                self.check_scope = "keys"
+                findings += quick_check(conn, tables=tuple(
+                    t for t in ("schema_version", "keys") if t in tables))
+        except sqlite3.DatabaseError as exc:
+            if not isinstance(classify(exc, self.path, ""), StoreCorrupt):
+                raise
+            findings.append(str(exc))
+            if read_only:
+                findings += _details(conn)
+        damage = wal_damage(self.path, page_size)
+        if damage is not None:
+            findings.append(damage)
+        return list(dict.fromkeys(findings))[:FINDINGS_MAX]
+
+    # --- damage ------------------------------------------------------------------------
+
+    def _damaged(self, error: StoreCorrupt) -> StoreCorrupt:
+        """Remember ``error`` as the verdict (the first one stays); return it to raise.
+
+        The connection becomes read-only at the next use (see :meth:`_live`), never in
+        the middle of a transaction."""
         with self._lock:
-            conn = self._conn
-            if conn is None:
-                raise StoreError("the store is closed; open it again", code="closed")
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            if self.corruption is None:
+                self.corruption = error
+        return error
+
+    def _go_read_only(self) -> None:
+        """Swap the read-write connection for a read-only one, which no close can make
+        write (SQLite checkpoints the WAL into the file when its last writer closes)."""
+        conn = self._conn
+        if conn is None or self._conn_read_only or conn.in_transaction:
+            return  # (in a transaction: at the next use, once it has ended)
+        self._conn_read_only = True
+        with suppress(sqlite3.DatabaseError):
+            conn.execute("PRAGMA query_only = 1")
+        try:
+            ro = sqlite3.connect(read_only_uri(self.path), uri=True, isolation_level=None,
+                                 timeout=self._busy_timeout_s, check_same_thread=False)
+        except sqlite3.DatabaseError:
+            return  # keep the read-write one, refusing writes
+        _as_reader(ro)
+        self._conn = ro
+        conn.close()
+
+    def _failed(self, exc: sqlite3.DatabaseError, doing: str, *, refused: bool = False,
+                kind: str | None = None, key: str | None = None) -> StoreError:
+        """The StoreError a failed SQLite call stands for; damage becomes the verdict."""
+        error = classify(exc, self.path, doing, refused=refused, kind=kind, key=key)
+        if isinstance(error, StoreCorrupt):
+            self._damaged(error)
+        return error
+
+    def _os_error(self, exc: OSError) -> StoreError:
+        return StoreError(f"cannot use the versions store {self.path} "
+                          f"({exc.strerror or exc}); check the path and its permissions",
+                          code="io_error", path=str(self.path))
+
+    def _refusal(self) -> StoreCorrupt:
+        assert self.corruption is not None
+        return StoreCorrupt(str(self.path), self.corruption.findings,
+                            doing=self.corruption.doing, refused=True)
+
+    # --- transactions ------------------------------------------------------------------
+
+    def _live(self) -> sqlite3.Connection:
+        """The connection, read-only once the file is known to be damaged."""
+        if self._conn is None:
+            raise StoreError("the store is closed; open it again", code="closed")
+        if self.corruption is not None and not self._conn_read_only:
+            self._go_read_only()
+        assert self._conn is not None
+        return self._conn
+
+    @contextmanager
+    def _transaction(self, *, write: bool, doing: str = "reading", kind: str | None = None,
+                     key: str | None = None) -> Iterator[sqlite3.Connection]:
+        """One transaction; a write one holds the file's write lock from its first statement.
+
+        A failed SQLite call comes out as a :class:`StoreError`; on a damaged store a write
+        is refused before it begins."""
+        with self._lock:
+            conn = self._live()
+            if write and self.corruption is not None:
+                raise self._refusal()
             try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                try:
+                    yield conn
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        with suppress(sqlite3.DatabaseError):
+                            conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.DatabaseError as exc:
+                raise self._failed(exc, "writing" if write else doing, refused=write,
+                                   kind=kind, key=key) from exc
+            except StoreCorrupt as exc:
+                self._damaged(exc)
                 raise
 
-    def _query(self, sql: str, params: tuple[Any, ...]) -> Any:
+    def _query(self, sql: str, params: tuple[Any, ...], *, doing: str = "reading",
+               kind: str | None = None, key: str | None = None) -> Any:
         """One read statement (its own snapshot), first row or ``None``."""
         with self._lock:
-            conn = self._conn
-            if conn is None:
-                raise StoreError("the store is closed; open it again", code="closed")
-            return conn.execute(sql, params).fetchone()
+            conn = self._live()
+            try:
+                return conn.execute(sql, params).fetchone()
+            except sqlite3.DatabaseError as exc:
+                raise self._failed(exc, doing, kind=kind, key=key) from exc
+
+    def _key_infos(self, conn: sqlite3.Connection, kind: Kind, prefix: str) -> list[KeyInfo]:
+        rows = conn.execute(
+            _INFO_SELECT + " WHERE k.kind = ? AND substr(k.key, 1, ?) = ? ORDER BY k.key",
+            (kind, len(prefix), prefix)).fetchall()
+        return [self._key_info(kind, row) for row in rows]
+
+    def _key_info(self, kind: Kind, row: Any) -> KeyInfo:
+        key, original, current, latest, count, limit, updated = row
+        problem = key_problem(original, current, latest, limit, updated)
+        if problem is not None:
+            raise self._damaged(StoreCorrupt(
+                str(self.path), (f"{kind} {key!r}: {problem}",),
+                doing=f"reading {kind} {key!r}", kind=kind, key=key))
+        return KeyInfo(kind, key, original, current, latest, count, limit, updated)
+
+
+def _read_header(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(100)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _read_version(conn: sqlite3.Connection) -> int | None:
+    try:
+        row = conn.execute("SELECT version FROM schema_version").fetchone()
+    except sqlite3.DatabaseError:
+        return None
+    return row[0] if row and isinstance(row[0], int) else None
+
+
+def _details(conn: sqlite3.Connection) -> list[str]:
+    """What the quick check finds on a read-only connection once it takes the file as it
+    is (``writable_schema``), for a file it could not even start on: of the whole file,
+    or else table by table."""
+    try:
+        conn.execute("PRAGMA writable_schema = ON")
+        try:
+            return quick_check(conn)
+        except sqlite3.DatabaseError:
+            pass
+        found = []
+        for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                     "ORDER BY name").fetchall():
+            try:
+                found += [f"table {table}: {f}" for f in quick_check(conn, tables=(table,))]
+            except sqlite3.DatabaseError as exc:
+                found.append(f"table {table}: {exc}")
+        return found
+    except sqlite3.DatabaseError:
+        return []
+    finally:
+        with suppress(sqlite3.DatabaseError):
+            conn.execute("PRAGMA writable_schema = OFF")
+
+
+def _as_reader(conn: sqlite3.Connection) -> None:
+    """Set up a read-only connection to a damaged file: it takes the file as it is
+    (``writable_schema``: a file shorter than its header says is read as far as it goes),
+    and it holds its shared lock on the file (it does once it has read), so that no other
+    connection of this process closing can checkpoint into the file."""
+    with suppress(sqlite3.DatabaseError):
+        conn.execute("PRAGMA writable_schema = ON")
+    with suppress(sqlite3.DatabaseError):
+        conn.execute("PRAGMA user_version").fetchone()
 
 
 class _Versions:
@@ -305,6 +691,9 @@ class _Versions:
                 original, current, limit = 1, 1, None
             else:
                 original, current, rev, limit = row
+                problem = key_problem(original, current, rev, limit, now)
+                if problem is not None:
+                    raise self._damage(key, problem, "writing", refused=True)
             if outcome == "ok":
                 current = rev
             conn.execute(
@@ -340,7 +729,7 @@ class _Versions:
         row = self._store._query(
             f"SELECT {_REV_COLUMNS} FROM keys k JOIN revisions r "
             "ON r.kind = k.kind AND r.key = k.key AND r.rev = k.current "
-            "WHERE k.kind = ? AND k.key = ?", (self.kind, key))
+            "WHERE k.kind = ? AND k.key = ?", (self.kind, key), **self._reading(key))
         if row is None:
             raise self._unknown_key(key)
         return self._revision(key, row)
@@ -351,7 +740,7 @@ class _Versions:
         Raises:
             StoreError: ``unknown_key``; ``unknown_revision`` (never recorded or evicted).
         """
-        with self._store._transaction(write=False) as conn:
+        with self._store._transaction(write=False, **self._reading(key)) as conn:
             return self._fetch(conn, key, rev)
 
     def original(self, key: str) -> Revision:
@@ -366,7 +755,7 @@ class _Versions:
         """
         if limit is not None and limit < 0:
             raise ValueError("limit must be zero or more")
-        with self._store._transaction(write=False) as conn:
+        with self._store._transaction(write=False, **self._reading(key)) as conn:
             rows = conn.execute(
                 f"SELECT {_REV_COLUMNS} FROM revisions WHERE kind = ? AND key = ? "
                 "ORDER BY rev DESC LIMIT ?",
@@ -381,21 +770,22 @@ class _Versions:
         Raises:
             StoreError: ``unknown_key``.
         """
-        with self._store._transaction(write=False) as conn:
+        with self._store._transaction(write=False, **self._reading(key)) as conn:
             row = conn.execute(_INFO_SELECT + " WHERE k.kind = ? AND k.key = ?",
                                (self.kind, key)).fetchone()
         if row is None:
             raise self._unknown_key(key)
-        return KeyInfo(self.kind, *row)
+        return self._store._key_info(self.kind, row)
 
     def keys(self, *, prefix: str = "") -> list[KeyInfo]:
         """Every key of this kind whose name starts with ``prefix``, sorted by key."""
-        with self._store._transaction(write=False) as conn:
-            return _key_infos(conn, self.kind, prefix)
+        with self._store._transaction(write=False, doing=f"listing the {self.kind} keys") as conn:
+            return self._store._key_infos(conn, self.kind, prefix)
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self._store._query(
-            "SELECT 1 FROM keys WHERE kind = ? AND key = ?", (self.kind, key)) is not None
+            "SELECT 1 FROM keys WHERE kind = ? AND key = ?", (self.kind, key),
+            **self._reading(key)) is not None
 
     def diff(self, key: str, a: RevisionRef, b: RevisionRef = "current", *,
              context: int = 3) -> str:
@@ -406,7 +796,7 @@ class _Versions:
         Raises:
             StoreError: ``unknown_key``, ``unknown_revision``.
         """
-        with self._store._transaction(write=False) as conn:
+        with self._store._transaction(write=False, **self._reading(key)) as conn:
             old, new = self._fetch(conn, key, a), self._fetch(conn, key, b)
         lines = difflib.unified_diff(
             self._diff_text(old.content).splitlines(), self._diff_text(new.content).splitlines(),
@@ -505,6 +895,10 @@ class _Versions:
         return self._revision(key, found, raw=raw)
 
     def _revision(self, key: str, row: Any, *, raw: bool = False) -> Revision:
+        problem = revision_problem(row)
+        if problem is not None:
+            raise self._damage(key, f"revision {row[0]!r}: {problem}", f"reading {self.kind} "
+                               f"{key!r}", rev=row[0] if isinstance(row[0], int) else None)
         rev, text, digest, at, author, role, trace_id, outcome, error = row
         return Revision(self.kind, key, rev, text if raw else self._decode(text), digest, at,
                         author, role, trace_id, outcome, error)
@@ -513,6 +907,16 @@ class _Versions:
         return Revision(raw.kind, raw.key, raw.rev, self._decode(raw.content), raw.hash,
                         raw.recorded_at_s, raw.author, raw.role, raw.trace_id, raw.outcome,
                         raw.error)
+
+    def _reading(self, key: str) -> dict[str, Any]:
+        return {"doing": f"reading {self.kind} {key!r}", "kind": self.kind, "key": key}
+
+    def _damage(self, key: str, problem: str, doing: str, *, rev: int | None = None,
+                refused: bool = False) -> StoreCorrupt:
+        """A damaged row of ``key``: the store's verdict from now on."""
+        return self._store._damaged(StoreCorrupt(
+            str(self._store.path), (f"{self.kind} {key!r} {problem}",), doing=doing,
+            refused=refused, kind=self.kind, key=key, rev=rev))
 
     def _unknown_key(self, key: str) -> StoreError:
         return StoreError(
@@ -659,13 +1063,6 @@ class DataOverlays(_Versions):
             f"data key {key!r} has no model registered in this process to {why}; call "
             "store.data.register(key, Model, base) first", code="unregistered_key",
             kind=self.kind, key=key)
-
-
-def _key_infos(conn: sqlite3.Connection, kind: Kind, prefix: str) -> list[KeyInfo]:
-    rows = conn.execute(
-        _INFO_SELECT + " WHERE k.kind = ? AND substr(k.key, 1, ?) = ? ORDER BY k.key",
-        (kind, len(prefix), prefix)).fetchall()
-    return [KeyInfo(kind, *row) for row in rows]
 
 
 def _check_retention(max_revisions: Any) -> None:

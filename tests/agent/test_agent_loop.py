@@ -367,6 +367,12 @@ def test_the_mod_api_follows_the_permissions(registry):
     readonly = PromptBuilder(registry, Permissions(mode="readonly"), budget=BUDGET).prefix
     assert "- spawn(prefab: string): Spawn a prefab. [write; 1 step]" in auto
     assert "- nuke(prefab: string): Destroy everything. [danger; 1 step; asks the host" in auto
+    assert "asks the host first and may be refused: [not_approved], [approval_timed_out], " \
+           "[approval_cancelled]" in auto
+    assert "its own codes: [unknown_source]" in auto  # query's
+    # Every prompt names the codes any call may meet.
+    for code in ("[invalid_arguments]", "[vetoed]", "[unavailable]", "[aborted]", "[failed]"):
+        assert code in auto and code in readonly
     assert "- spawn(" not in readonly
     assert "Denied to this script (do not call): nuke, spawn." in readonly
     assert "- add(a: number, b: number)" in readonly

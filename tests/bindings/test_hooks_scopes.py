@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from moonbox import ConfigError
@@ -73,7 +75,86 @@ def test_a_veto_refuses_with_the_reason_and_kind_denied(registry, jit):
     out = run(registry, "return damage('orc', 50)", jit=jit)
     assert out.status == "error" and out.error.kind == "denied"
     assert out.error.message == "damage: amount over 10 [vetoed]"
-    assert ran == [1]  # a veto stops the hooks after it, and the binding
+    assert ran == [1, 1]  # a veto stops the binding, not the hooks after it
+
+
+# What a pre_call hook does: let the call through, veto it, raise, or return something
+# that is not a Veto (which lets it through too).
+PRE_BEHAVIOURS = ("none", "veto", "raise", "other")
+
+
+@pytest.fixture(scope="module")
+def hooked():
+    """One registry and sandbox for every example: hooks come and go, the sandbox stays."""
+    reg = Registry()
+    ran: list[float] = []
+    reg.register(Binding("damage", Damage, lambda c, a: ran.append(a.amount) or a.amount,
+                         risk="write", group="combat"))
+    api = reg.mod("m", Permissions(mode="full"))
+    sb = api.sandbox()
+    yield reg, sb, ran
+    sb.close()
+    reg.close()
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(pre=st.lists(st.tuples(st.integers(-2, 2), st.sampled_from(PRE_BEHAVIOURS)),
+                    max_size=7),
+       post=st.lists(st.integers(-2, 2), max_size=3))
+def test_every_pre_call_hook_runs_in_order_and_only_a_veto_refuses(hooked, pre, post):
+    registry, sb, ran = hooked
+    seen: list[tuple[str, int]] = []
+    ids: set[int] = set()
+    hooks = []
+
+    def make_pre(i: int, behaviour: str):
+        def pre_call(info: CallInfo):
+            seen.append(("pre", i))
+            ids.add(info.call_id)
+            if behaviour == "veto":
+                return Veto(f"no by {i}")
+            if behaviour == "raise":
+                raise RuntimeError(f"hook {i} is broken")
+            if behaviour == "other":
+                return "not a veto"
+            return None
+        return pre_call
+
+    def make_post(i: int):
+        def post_call(info: CallInfo, result):
+            seen.append(("post", i))
+            ids.add(info.call_id)
+            return result
+        return post_call
+
+    for i, (order, behaviour) in enumerate(pre):
+        hooks.append(registry.add_hook(Hook(f"pre{i}", pre_call=make_pre(i, behaviour),
+                                            order=order)))
+    for j, order in enumerate(post):
+        hooks.append(registry.add_hook(Hook(f"post{j}", post_call=make_post(j), order=order)))
+    ran.clear()
+    try:
+        out = sb.run("return damage('orc', 3)")
+    finally:
+        for hook in hooks:
+            registry.remove_hook(hook)
+    # Every pre_call hook ran, in ascending order, ties in the order they were added.
+    expected_pre = [i for _, i in sorted((order, i) for i, (order, _) in enumerate(pre))]
+    assert [i for kind, i in seen if kind == "pre"] == expected_pre
+    vetoes = [i for i in expected_pre if pre[i][1] == "veto"]
+    if vetoes:
+        # The first veto in that order is the one the mod sees; nothing ran after.
+        assert out.status == "error" and out.error.kind == "denied"
+        assert out.error.message == f"damage: no by {vetoes[0]} [vetoed]"
+        assert ran == [] and not [k for k, _ in seen if k == "post"]
+    else:
+        # Raising, or returning something that is not a Veto, never refuses.
+        assert out.status == "done" and out.value == 3
+        assert ran == [3.0]
+        expected_post = [j for _, j in sorted((order, j) for j, order in enumerate(post))]
+        assert [j for kind, j in seen if kind == "post"] == expected_post
+    assert len(ids) <= 1  # every hook saw the same call id
 
 
 def test_a_failing_hook_is_logged_and_skipped_never_a_veto(registry, caplog):
@@ -167,8 +248,6 @@ def test_adding_to_a_closed_scope_fails_and_installs_nothing(registry):
         registry.register(Binding("heal", Empty, _noop), scope=scope)
     with pytest.raises(ScopeClosed):
         scope.add_hook(Hook("h", pre_call=lambda i: None))
-    with pytest.raises(ScopeClosed):
-        scope.defer(lambda: None)
     assert "heal" not in registry and registry.hooks_for("damage") == ((), ())
     assert isinstance(ScopeClosed("x"), ConfigError)
 
@@ -219,3 +298,43 @@ def test_registry_register_with_a_scope_goes_through_it(registry):
     scope.close()
     assert registry.get("heal") is None
     assert "closed" in repr(scope)
+
+
+def test_a_duplicate_scope_name_is_refused_until_the_first_closes(registry):
+    first = registry.scope("plugin")
+    with pytest.raises(ConfigError, match="open already"):
+        registry.scope("plugin")
+    with pytest.raises(ConfigError):
+        registry.scope("")
+    first.close()
+    again = registry.scope("plugin")  # the name is free once its scope closed
+    assert again is not first and not again.closed
+    again.close()
+
+
+def test_mods_of_one_id_each_have_their_own_scope(registry):
+    # A dry run of a new version lives beside the live one: their scopes never clash.
+    with registry.mod("waves") as live, registry.mod("waves") as dry:
+        assert live.scope is not dry.scope
+    registry.scope("mod waves").close()  # a host scope of that name is free too
+
+
+def test_a_cleanup_handed_to_a_closed_scope_runs_at_once(registry, caplog):
+    order = []
+    scope = registry.scope("late")
+    scope.close()
+    scope.defer(lambda: order.append("late"))
+    assert order == ["late"]
+    with caplog.at_level(logging.ERROR):
+        scope.defer(lambda: 1 / 0, name="broken")  # logged, as on close; never raised
+    assert any("broken" in r.getMessage() for r in caplog.records)
+    scope.close()
+    assert order == ["late"]  # nothing held, nothing runs twice
+
+
+def test_a_cleanup_deferred_while_the_scope_closes_runs_too(registry):
+    order = []
+    scope = registry.scope("p")
+    scope.defer(lambda: scope.defer(lambda: order.append("inner")))
+    scope.close()
+    assert order == ["inner"]

@@ -58,9 +58,10 @@ def registry():
 
 
 def test_registry_lists_bindings_by_name_and_always_has_query(registry):
-    assert [b.name for b in registry] == ["add", "nuke", "query", "report", "spawn"]
+    assert [b.name for b in registry] == ["add", "nuke", "query", "query_reading", "report",
+                                          "spawn"]
     assert "spawn" in registry and registry.get("spawn").risk == "write"
-    assert len(registry) == 5
+    assert len(registry) == 6
 
 
 def test_duplicate_names_are_an_error(registry):
@@ -111,8 +112,8 @@ def test_decorator_registers_with_the_docstring_as_description(registry):
 
 def test_granted_lists_decisions(registry):
     granted = {b.name: d for b, d in registry.granted(Permissions(mode="readonly"))}
-    assert granted == {"add": "allow", "nuke": "deny", "query": "allow", "report": "allow",
-                       "spawn": "deny"}
+    assert granted == {"add": "allow", "nuke": "deny", "query": "allow",
+                       "query_reading": "allow", "report": "allow", "spawn": "deny"}
 
 
 # -- what a mod sees -----------------------------------------------------------------------
@@ -121,10 +122,10 @@ def test_granted_lists_decisions(registry):
 @pytest.mark.parametrize(
     ("mode", "names"),
     [
-        ("readonly", ("add", "query", "report")),
-        ("ask", ("add", "nuke", "query", "report", "spawn")),
-        ("auto", ("add", "nuke", "query", "report", "spawn")),
-        ("full", ("add", "nuke", "query", "report", "spawn")),
+        ("readonly", ("add", "query", "query_reading", "report")),
+        ("ask", ("add", "nuke", "query", "query_reading", "report", "spawn")),
+        ("auto", ("add", "nuke", "query", "query_reading", "report", "spawn")),
+        ("full", ("add", "nuke", "query", "query_reading", "report", "spawn")),
     ],
 )
 def test_a_mod_sees_only_what_its_mode_grants(registry, mode, names):
@@ -157,7 +158,7 @@ def test_a_denied_binding_marked_to_explain_is_a_stub_that_says_why(jit):
 
 def test_rules_refine_the_mode(registry):
     api = registry.mod("m", Permissions(mode="readonly", rules={"spawn": "allow", "re*": "deny"}))
-    assert api.names == ("add", "query", "spawn")
+    assert api.names == ("add", "query", "query_reading", "spawn")
     with api.sandbox() as sb:
         assert sb.run("return spawn{prefab = 'orc', x = 2}").value == "spawned orc at 2"
 
@@ -250,8 +251,12 @@ def test_ask_calls_the_approver_with_the_validated_arguments(registry, jit):
     with api.sandbox(jit=jit) as sb:
         assert sb.run("return spawn('orc', 3), add(1, 2)").values == ("spawned orc at 3", 3)
         assert sb.run("return spawn('orc')").ok
-    assert requests == [ApprovalRequest("waves", "spawn", "write", {"prefab": "orc", "x": 3.0}),
-                        ApprovalRequest("waves", "spawn", "write", {"prefab": "orc", "x": 0.0})]
+    ids = [r.call_id for r in requests]
+    assert ids[0] > 0 and ids[1] > ids[0]  # each call has its own id
+    assert requests == [
+        ApprovalRequest("waves", "spawn", "write", {"prefab": "orc", "x": 3.0}, ids[0]),
+        ApprovalRequest("waves", "spawn", "write", {"prefab": "orc", "x": 0.0}, ids[1]),
+    ]
 
 
 def test_no_approver_denies(registry, jit):
@@ -414,3 +419,80 @@ def test_an_approver_sees_a_callback_as_where_it_was_defined():
     assert out.value == "registered"
     assert requests[0].args == {"event": "tick", "fn": "mods/m/main.lua:1"}
     registry.close()
+
+
+# -- risk and call ids -----------------------------------------------------------------------
+
+
+def test_risk_defaults_to_write_so_read_only_mods_never_get_a_forgotten_one():
+    registry = Registry()
+    registry.register(Binding("paint", Empty, lambda c, a: None))
+
+    @registry.binding("wipe", Empty)
+    def wipe(call, args):
+        """Wipe."""
+
+    assert registry.get("paint").risk == "write" and wipe.risk == "write"
+    assert "paint" not in registry.mod("m", Permissions(mode="readonly")).names
+    assert "wipe" not in registry.mod("m", Permissions(mode="readonly")).names
+    assert {"paint", "wipe"} <= set(registry.mod("m", Permissions(mode="auto")).names)
+    registry.close()
+
+
+def test_every_call_has_its_own_id_which_its_hooks_and_approval_share(caplog):
+    from moonbox.bindings import Hook
+
+    registry = make_registry()
+    seen: list[tuple[str, int]] = []
+    registry.add_hook(Hook("ids", pre_call=lambda info: seen.append(("pre", info.call_id)),
+                           post_call=lambda info, r: seen.append(("post", info.call_id)) or r))
+    registry.add_hook(Hook("broken", pre_call=lambda info: 1 / 0, match="spawn"))
+    api = registry.mod("m", Permissions(mode="ask"),
+                       approve=lambda r: seen.append(("ask", r.call_id)) or True)
+    with api.sandbox() as sb, caplog.at_level(logging.ERROR):
+        assert sb.run("spawn('a') spawn('b') return add(1, 2)").value == 3
+    spawn_ids = [i for kind, i in seen if kind == "ask"]
+    assert len(set(spawn_ids)) == 2
+    for call_id in spawn_ids:
+        assert [k for k, i in seen if i == call_id] == ["ask", "pre", "post"]
+    add_ids = {i for _, i in seen} - set(spawn_ids)
+    assert len(add_ids) == 1  # add has the hooks too, and no approval
+    # The log line of the failing hook names the call.
+    assert any(f"(call {spawn_ids[0]})" in r.getMessage() for r in caplog.records)
+    registry.close()
+
+
+def test_a_refusal_carries_its_calls_id():
+    from moonbox import BindingError, HostCall
+
+    registry = make_registry()
+    api = registry.mod("m", Permissions(mode="ask"))
+    (spawn,) = [f for f in api.host_functions if f.name == "spawn"]
+    with pytest.raises(BindingError) as first:
+        spawn(HostCall(None, None, "spawn"), ("orc",))  # type: ignore[arg-type]
+    with pytest.raises(BindingError) as second:
+        spawn(HostCall(None, None, "spawn"), ("orc",))  # type: ignore[arg-type]
+    assert first.value.reason == "not_approved"
+    assert first.value.call_id is not None and second.value.call_id > first.value.call_id
+    registry.close()
+
+
+def test_a_closed_mod_calls_nothing():
+    registry = make_registry()
+    api = registry.mod("m")
+    with api.sandbox() as sb:
+        assert sb.run("return add(1, 2)").value == 3
+        api.close()
+        assert api.closed
+        assert sb.run("return add(1, 2)").error.message == \
+            "add: is no longer available [unavailable]"
+    registry.close()
+
+
+def test_a_registry_copies_another_ones_bindings_but_keeps_its_own_query():
+    first = make_registry()
+    second = Registry(first)
+    assert [b.name for b in second] == [b.name for b in first]
+    assert second.get("query") is not first.get("query")
+    first.close()
+    second.close()

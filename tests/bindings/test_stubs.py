@@ -383,6 +383,54 @@ def test_modes_and_rules():
     assert "Asks the host for approval" in text
 
 
+def test_stubs_show_the_refusal_codes_a_mod_can_meet():
+    from moonbox.bindings import Refusal
+
+    bindings = [*_permission_set(),
+                bind("dig", Empty, risk="write", codes=("terrain:bedrock",),
+                     prepare=lambda c, a: Refusal("no")),
+                bind("dig_quietly", Empty, risk="read", codes=("too_deep",))]
+    text = render_stubs(bindings, Permissions(mode="auto"))
+    check_stubs(text)
+    head = text[: text.index("-- Group:")]
+    for code in ("[invalid_arguments]", "[vetoed]", "[unavailable]", "[aborted]", "[failed]",
+                 "[namespace:name]"):
+        assert code in head, code
+    explode = text[text.index("---@class ExplodeArgs"):text.index("function explode")]
+    assert "refused with [not_approved], [approval_timed_out] or [approval_cancelled]." \
+        in explode
+    dig = text[text.index("---@class DigArgs"):text.index("function dig(")]
+    assert "---Checks its target before it asks or runs: [refused]" in dig
+    assert "---Its own codes: [terrain:bedrock]." in dig
+    assert "---Its own codes: [too_deep]." in text
+    # A denied stub says only that it is denied.
+    text = render_stubs(bindings, Permissions(mode="readonly"))
+    wipe = text[text.index("---@class WipeArgs"):]
+    assert "Its own codes" not in wipe and "approval" not in wipe
+
+
+def test_the_query_bindings_show_every_query_code():
+    from moonbox.bindings import REFUSAL_CODES
+
+    registry = Registry()
+    try:
+        text = render_stubs(registry, Permissions(mode="readonly"))
+    finally:
+        registry.close()
+    query = text[text.index("---@class QueryArgs"):text.index("function query(")]
+    for code in REFUSAL_CODES:
+        assert f"[{code}]" in query, code
+    assert "---@return QueryReadingResult" in text
+    assert '---@field state "fresh"|"failed"|"refused"' in text
+
+
+def test_binding_codes_are_words():
+    with pytest.raises(ValueError, match="codes"):
+        bind("x", Empty, codes=("Not A Code",))
+    with pytest.raises(ValueError, match="codes"):
+        bind("x", Empty, codes="one_string")  # type: ignore[arg-type]
+
+
 def test_groups_sorted_then_names():
     text = render_stubs(_permission_set(), Permissions(mode="full"))
     order = [m[1] for m in re.finditer(r"^function (\w+)", text, re.M)]
@@ -489,7 +537,7 @@ def test_params_follow_field_order_and_optional_marks():
     assert lines[start:] [:9] == [
         "---Spawn a thing.",
         "---",
-        "---Risk: read; costs 1 step.",
+        "---Risk: write; costs 1 step.",
         "---@param kind string # what to spawn",
         "---@param at Pos",
         "---@param count? integer # (default 1)",
@@ -509,7 +557,7 @@ def test_result_class_and_nested_models():
         cells: list[Cell]
         total: int
 
-    text = render(bind("scan_area", Pos, result=Scan, cost=3))
+    text = render(bind("scan_area", Pos, result=Scan, cost=3, risk="read"))
     lines = lines_of(text)
     for line in ["---@class ScanAreaArgs", "---@class ScanAreaResult",
                  "---@field cells Cell[]", "---@field total integer",

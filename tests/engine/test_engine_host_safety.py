@@ -113,3 +113,76 @@ def test_an_exporters_own_failures_still_count_against_it(game_of):
     for _ in range(2):
         game.tick()
     assert game.mod("broken").quarantine is not None
+
+
+# -- what one operation keeps long ----------------------------------------------------------
+
+def _blocking_registry(seconds: float):
+    import threading
+
+    from pydantic import BaseModel
+
+    from moonbox import Binding, Registry, default_bindings
+
+    class _NoArgs(BaseModel):
+        pass
+
+    release = threading.Event()
+
+    def hold(call, args):
+        release.wait(seconds)
+        return ()
+
+    registry = Registry([*default_bindings(), Binding("hold", _NoArgs, hold, risk="read")])
+    return registry, release
+
+
+def test_a_handler_that_ends_late_every_tick_is_quarantined(make_game):
+    # Found by an attack review: every tick stalled ~3 s with no failure, no trip and no
+    # quarantine recorded, forever. Late ends are time trips now, counted as any other.
+    from moonbox import Budget
+    from moonbox.sandbox import STALL_MARGIN_S
+
+    registry, _ = _blocking_registry(STALL_MARGIN_S + 0.3)
+    game = make_game(registry=registry, budget=Budget(wall_s=0.05),
+                     limits=ModLimits(max_trips=2))
+    game.load_mod("slow", 'on("tick", function() hold() end)')
+    game.load_mod("fine", 'on("tick", function() report("ok") end)')
+    for _ in range(2):
+        report = game.tick()
+        assert [(f.mod, f.error.budget) for f in report.failures] == [("slow", "time")]
+        assert ("fine", "ok") in report.reports
+    assert game.mod("slow").quarantine is not None
+    assert game.mod("slow").quarantine.kind == "trips"
+    assert game.tick().failures == []  # no more stalls
+
+
+def test_with_a_watchdog_a_stuck_handler_costs_one_margin_and_its_runtime(make_game):
+    import time
+
+    from moonbox import Budget
+
+    registry, release = _blocking_registry(60)
+    game = make_game(registry=registry, budget=Budget(wall_s=0.05), watchdog=True)
+    try:
+        game.load_mod("stuck", 'on("tick", function() hold() end)')
+        game.load_mod("fine", 'on("tick", function() report("ok") end)')
+        started = time.perf_counter()
+        report = game.tick()
+        assert time.perf_counter() - started < 30  # not the binding's 60 s
+        assert [(f.mod, f.error.budget) for f in report.failures] == [("stuck", "time")]
+        assert ("fine", "ok") in report.reports
+        report = game.tick()
+        quarantine = game.mod("stuck").quarantine
+        assert quarantine is not None and quarantine.kind == "runtime"
+        assert "abandoned" in quarantine.reason
+        assert ("fine", "ok") in report.reports
+    finally:
+        release.set()
+
+
+def test_the_watchdog_is_an_option_of_in_process_games(make_game, pool):
+    from moonbox import ConfigError
+
+    with pytest.raises(ConfigError):
+        make_game(isolation="process", pool=pool, watchdog=True)

@@ -199,3 +199,47 @@ def test_after_a_restart_a_mod_in_a_renamed_folder_can_be_removed(mods_dir, tmp_
         result = host.reload_folder("waves-v2")
         assert result.removed and result.mod == "waves"
         assert list(game.mods) == [] and store.data.current("mods:active").content["mods"] == []
+
+
+def test_a_rolled_back_file_goes_live_through_the_dry_run(mods_dir, tmp_path):
+    folder = write_mod(mods_dir, "w", 'every(1, function() report("one") end)')
+    with Store(tmp_path / "v.db") as store, Game() as game:
+        host = ModHost(game, mods_dir, store=store)
+        assert host.load_all()[0].ok
+        (folder / "main.lua").write_text('every(1, function() report("two") end)')
+        assert host.reload_folder("w").ok
+        assert _tick(game) == ["two"]
+        store.scripts.rollback("mods/w/main.lua", 1)
+        package = host.recorded_package("w")
+        assert package.files["main.lua"] == 'every(1, function() report("one") end)'
+        assert package.root == folder.resolve()
+        result = host.apply_recorded("w")
+        assert result.ok and not result.unchanged
+        assert _tick(game) == ["one"]
+        assert host.mods["w"].reloads == 2
+        # the disk is untouched, and the active record names the rolled-back revision
+        assert "two" in (folder / "main.lua").read_text()
+        assert host._active().mods[0].files["main.lua"] == 1
+        # a version the dry run refuses leaves the live one running
+        store.scripts.record_success("mods/w/main.lua", "error('broken')")
+        refused = host.apply_recorded("w")
+        assert not refused.ok and "broken" in refused.error
+        assert _tick(game) == ["one"]
+
+
+def test_recorded_package_needs_a_recorded_mod(mods_dir, tmp_path):
+    import pytest
+
+    from moonbox.mods import ModError
+
+    write_mod(mods_dir, "w", "")
+    with Game() as game:
+        host = ModHost(game, mods_dir)
+        host.load_all()
+        with pytest.raises(ModError) as info:
+            host.recorded_package("w")  # no store
+        assert info.value.code == "unknown_mod"
+    with Store(tmp_path / "v.db") as store, Game() as game:
+        host = ModHost(game, mods_dir, store=store)
+        with pytest.raises(ModError):
+            host.recorded_package("nobody")

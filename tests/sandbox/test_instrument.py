@@ -10,6 +10,8 @@ through :class:`moonbox.Sandbox`.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,9 +20,11 @@ from lua_programs import Program, Soup, marker_soups, programs
 from lupa import luajit21
 
 from moonbox import Budget, HostError, Sandbox, ScriptError
+from moonbox.sandbox import _instrument
 from moonbox.sandbox._instrument import (
     PLAN_CACHE_MAX_BYTES,
     RESERVED_PREFIX,
+    SEGMENT_TOKENS,
     TOKENS_PER_STEP,
     ReservedNameError,
     _plan_of,
@@ -296,6 +300,67 @@ CONSTRUCTS = {
         "__add = function(a, b) return 100 end}\n"
         "local t = setmetatable({}, mt) return t[21], t + t",
         "ok|number:42|number:100",
+    ),
+    # Statement starts the planner must tell from the middle of an expression: checks go
+    # before each (test_checks_at_every_statement_start_change_nothing runs them all so).
+    "parenthesised_statements_after_a_complete_one": (
+        "local t = {} local function f() t[#t + 1] = 1 end\n"
+        "local a (f)() local b = 1 (f)() b = 's' (f)() b = nil (f)() b = {} (f)() b = ... (f)()\n"
+        "b = function() end (f)() do end (f)() ;(f)() return #t",
+        "ok|number:9",
+    ),
+    "calls_that_continue_an_expression": (
+        "local function f(s) return function(t) return s .. #t end end\n"
+        "local g = function(x) return x end local x = g (f)'a'{1, 2}\n"
+        "local y = -g(g) (3) return x, y",
+        "ok|string:a2|number:-3",
+    ),
+    "method_chains_and_string_calls": (
+        "local o = {v = 1} function o:inc(n) self.v = self.v + (n or 1) return self end\n"
+        "o:inc():inc'2' o:inc({} and 3) return o.v",
+        "ok|number:7",
+    ),
+    "until_then_a_parenthesised_call": (
+        "local n = 0 local function f() n = n * 10 end\n"
+        "repeat n = n + 1 until n > 2 (f)() return n",
+        "ok|number:30",
+    ),
+    "until_then_a_semicolon": ("local n = 0 repeat n = n + 1 until n > 2; n = n * 10 return n",
+                               "ok|number:30"),
+    "until_with_a_call_and_a_function": (
+        "local n = 0 local done = function() return n >= 2 end\n"
+        "repeat n = n + 1 until done (nil) repeat n = n + 1 until (function() return n >= 5 end)()\n"
+        "return n",
+        "ok|number:5",
+    ),
+    "while_condition_with_a_function": (
+        "local i = 0 while (function() return i < 3 end)() do i = i + 1 end return i",
+        "ok|number:3",
+    ),
+    "table_separators_and_functions": (
+        "local t = {1; 2, f = function() local a = 1; return a + 2 end;}\n"
+        "return t[1] + t[2] + t.f()",
+        "ok|number:6",
+    ),
+    "labels_in_a_row_at_the_end_of_a_block": (
+        "do goto a local x = 1 ::a:: ::b:: end\n"
+        "local n = 0 for i = 1, 3 do if i == 2 then goto c end local y = i n = n + y ::c:: end\n"
+        "return n",
+        "ok|number:4",
+    ),
+    "local_names_then_statements": (
+        "local a local b, c local d = 1 local e, f = 2, 3 e = e + f return d + e",
+        "ok|number:6",
+    ),
+    "if_chains_with_labels": (
+        "local n = 0 if n == 1 then n = 10 elseif n == 0 then ::l:: n = n + 1\n"
+        "if n < 3 then goto l end else n = 20 end return n",
+        "ok|number:3",
+    ),
+    "return_with_a_semicolon_in_a_function": (
+        "local function f() return 1; end local function g() return; end\n"
+        "return f(), g()",
+        "ok|number:1",
     ),
 }
 
@@ -713,6 +778,62 @@ def test_instrumentation_only_inserts_checks(program: Program) -> None:
     assert found == inst.checks
 
 
+# -- a check at every statement start ---------------------------------------------------------
+#
+# Long blocks get checks at statement starts, which the planner tells from the middle of an
+# expression by itself. With a segment of one token and a step of one token, every statement
+# start it finds gets a check: a start it got wrong would change what a program does.
+
+
+@contextmanager
+def checks_at_every_statement_start() -> Iterator[None]:
+    saved = _instrument.SEGMENT_TOKENS, _instrument.TOKENS_PER_STEP
+    _instrument.SEGMENT_TOKENS = _instrument.TOKENS_PER_STEP = 1
+    _plans.clear()
+    try:
+        yield
+    finally:
+        _instrument.SEGMENT_TOKENS, _instrument.TOKENS_PER_STEP = saved
+        _plans.clear()
+
+
+@pytest.mark.parametrize(("src", "expected"), CONSTRUCTS.values(), ids=CONSTRUCTS.keys())
+def test_checks_at_every_statement_start_change_nothing(harness, src: str, expected: str) -> None:
+    with checks_at_every_statement_start():
+        result, _ = run_both(harness, src)
+    assert result == expected
+
+
+@pytest.mark.parametrize(
+    ("src", "checks"),
+    [
+        ("x = 1 y = 2 z = 3", 3),
+        ("x = 1; y = 2; z = f(a, b) (g)()", 3),  # `(g)` calls what `f(a, b)` returned
+        ("local a local b = c (d)() e()", 3),  # `c (d)()` is a call
+        ("local a (d)() e()", 3),  # after a local's names, `(` starts a statement
+        ("x = 1 (d)() y = 's' (d)() z = {} (d)()", 6),  # and after a literal
+        ("x = {a = 1; b = function() end}", 2),  # and the function's entry
+        ("return (f)(x)", 1),
+        ("repeat until x y = 1", 3),  # and the loop's own
+        ("::a:: x = 1 goto a", 2),  # none before a label; the goto's joins the statement's
+    ],
+)
+def test_the_statement_starts_found(src: str, checks: int) -> None:
+    with checks_at_every_statement_start():
+        assert len(_weights(src)) == checks
+
+
+@settings(PROPERTY, max_examples=200)
+@given(program=programs())
+def test_programs_with_a_check_at_every_statement_start_run_as_before(
+    harness, program: Program
+) -> None:
+    raw = run_raw(harness, program.source)
+    with checks_at_every_statement_start():
+        inst, _ = run_instrumented(harness, program.source)
+    assert inst == raw
+
+
 @settings(PROPERTY, max_examples=100)
 @given(soup=marker_soups())
 def test_marker_soups_report_the_same_lines(harness, soup: Soup) -> None:
@@ -745,20 +866,28 @@ def test_sandbox_runs_programs_like_raw_luajit(harness, big_sandbox, program: Pr
         )  # fmt: skip
 
 
+def _weights(src: str) -> list[int]:
+    return [int(w) for w in re.findall(r"\[0\]-(\d+) if", instrument(src, cell=CELL, slow=SLOW).source)]
+
+
 def test_a_check_charges_the_weight_of_its_straight_line_body() -> None:
-    """A big loop-free body costs more than one step; an ordinary one costs exactly one."""
+    """A big loop-free body costs more than one step, spread over checks at most a segment
+    apart; an ordinary one costs exactly one."""
     big = "local x = 0\n" + "x = x + 1\n" * 200
     src = f"local function f()\n{big}return x\nend\nreturn f() + (function() return 1 end)()"
-    weights = [int(w) for w in re.findall(r"\[0\]-(\d+) if", instrument(src, cell=CELL, slow=SLOW).source)]
-    assert weights[0] == 1 + (4 + 5 * 200 + 2) // TOKENS_PER_STEP  # `local x = 0`, 200 x `x = x + 1`, `return x`
-    assert weights[1] == 1
+    *in_f, anonymous = _weights(src)
+    body = 4 + 5 * 200 + 2 + 1  # `local x = 0`, 200 x `x = x + 1`, `return x`, `end`
+    assert anonymous == 1
+    assert len(in_f) >= body // SEGMENT_TOKENS
+    assert max(in_f) <= 1 + (SEGMENT_TOKENS + 5) // TOKENS_PER_STEP  # a segment and a statement
+    # Together, one step per TOKENS_PER_STEP tokens (each check rounds down) and the entry.
+    assert 1 + body // TOKENS_PER_STEP - len(in_f) < sum(in_f) <= 1 + body // TOKENS_PER_STEP
 
 
 def test_nested_bodies_are_weighed_apart() -> None:
     loop_body = "y = y + 1 " * 40
     src = f"local y = 0 for i = 1, 3 do {loop_body} end return y"
-    weights = [int(w) for w in re.findall(r"\[0\]-(\d+) if", instrument(src, cell=CELL, slow=SLOW).source)]
-    assert weights == [1 + (5 * 40 + 1) // TOKENS_PER_STEP]  # the loop body alone
+    assert _weights(src) == [1 + (5 * 40 + 1) // TOKENS_PER_STEP]  # the loop body alone
 
 
 # -- the plan cache -------------------------------------------------------------------------
@@ -809,14 +938,15 @@ def test_a_source_seen_once_is_not_kept() -> None:
 def test_the_cache_is_bounded_in_bytes_and_entries() -> None:
     cache = _PlanCache(max_bytes=400_000, max_entries=50)
     loops = "do end " * 2_000  # 14k characters, 2,000 checks: ~46k bytes kept each
+    top_level = 2_000 // SEGMENT_TOKENS + 1  # and the checks of the chunk's top level
     for i in range(30):  # a mod loading many large distinct sources, each twice
         for _ in range(2):
-            assert len(cache.plan(f"local v = {i} {loops}")[1]) == 2_000
+            assert len(cache.plan(f"local v = {i} {loops}")[1]) == 2_000 + top_level
         assert cache.bytes <= 400_000
     assert 1 <= len(cache) <= 8
     huge = "do end " * 10_000  # past a quarter of the room: planned, never kept
     for _ in range(2):
-        assert len(cache.plan(huge)[1]) == 10_000
+        assert len(cache.plan(huge)[1]) >= 10_000
     assert huge not in cache
     for i in range(200):  # many small ones: the entry cap holds
         for _ in range(2):

@@ -152,7 +152,7 @@ _near_flat = st.one_of(
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_near_flat)
 def test_flat_tables_cross_as_the_entry_by_entry_copy_does(value):
-    import moonbox.sandbox._sandbox as impl
+    import moonbox.sandbox._values as impl
     from moonbox.sandbox._marshal import to_lua, to_python
 
     with Sandbox(value_limits=ValueLimits(max_bytes=64)) as sb:
@@ -162,22 +162,22 @@ def test_flat_tables_cross_as_the_entry_by_entry_copy_does(value):
         if flat is None:
             return  # not flat: only the entry-by-entry path sees it
         assert problem is None  # what the flat path takes, the full check accepts
-        fast, full = impl._from_pairs(flat), to_python(table)
+        fast, full = impl.from_pairs(flat), to_python(table, sb._pairs)
         assert type(fast) is type(full)
         assert repr(fast) == repr(full) or fast == full
 
 
 def test_flat_path_limits():
-    import moonbox.sandbox._sandbox as impl
+    import moonbox.sandbox._values as impl
     from moonbox.sandbox._marshal import to_lua
 
     with Sandbox(value_limits=ValueLimits(max_bytes=10)) as sb:
         def flat(v):
             return sb._h_flat_argument(to_lua(sb._rt, v))
 
-        assert impl._from_pairs(flat({"x": 1, "name": b"ab"})) == {"x": 1, "name": "ab"}
-        assert impl._from_pairs(flat([3, 2, 1])) == [3, 2, 1]
-        assert impl._from_pairs(flat({})) == {}
+        assert impl.from_pairs(flat({"x": 1, "name": b"ab"})) == {"x": 1, "name": "ab"}
+        assert impl.from_pairs(flat([3, 2, 1])) == [3, 2, 1]
+        assert impl.from_pairs(flat({})) == {}
         assert flat({str(i): i for i in range(17)}) is None      # more than 16 entries
         assert flat({"x": [1]}) is None                           # nested
         assert flat({"long": "x" * 20}) is None                   # past the byte limit
@@ -188,4 +188,4 @@ def test_flat_path_limits():
 
     with Sandbox(value_limits=ValueLimits(max_bytes=10)) as sb:
         binary = sb._h_flat_argument(sb._rt.eval('{["\\255"] = "\\254"}'))
-        assert impl._from_pairs(binary) == {"\ufffd": "\ufffd"}
+        assert impl.from_pairs(binary) == {"\ufffd": "\ufffd"}

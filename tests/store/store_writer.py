@@ -6,11 +6,16 @@
     python store_writer.py concurrent PATH NAME N
         Print ``ready``, wait for a line on stdin, then record N successes of key ``shared``
         and of key ``own:NAME``, alternating.
+    python store_writer.py hold PATH N
+        In one write transaction, insert N revisions of 4 KiB (more than SQLite's page cache
+        holds, so their pages go to the WAL before any commit), print ``inside`` and wait
+        to be killed.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 
 from store_model import apply_to_store, open_store, random_ops
 
@@ -36,9 +41,23 @@ def concurrent(path: str, name: str, n: int) -> None:
         print("done", flush=True)
 
 
+def hold(path: str, n: int) -> None:
+    store = Store(path)
+    with store._transaction(write=True) as conn:
+        conn.execute("UPDATE keys SET current = original")
+        conn.executemany(
+            "INSERT INTO revisions (kind, key, rev, content, hash, recorded_at, outcome) "
+            "VALUES ('script', 'bulk', ?, ?, '-', 0, 'ok')",
+            ((rev, f"{rev:04d}" * 1024) for rev in range(1, n + 1)))
+        print("inside", flush=True)
+        time.sleep(600)
+
+
 if __name__ == "__main__":
     mode, path, *rest = sys.argv[1:]
     if mode == "crash":
         crash(path, *(int(a) for a in rest))
+    elif mode == "hold":
+        hold(path, int(rest[0]))
     else:
         concurrent(path, rest[0], int(rest[1]))

@@ -148,3 +148,24 @@ def test_binding_failure_carries_the_store_code(store):
     with pytest.raises(BindingError) as exc:
         get(HostCall(None, None, get.name), ("nope",))  # type: ignore[arg-type]
     assert exc.value.reason == "unknown_key"
+
+
+def test_a_damaged_store_reaches_lua_without_host_detail(tmp_path, jit):
+    """A mod learns that the store is damaged, never the file's path or SQLite's words."""
+    from store_damage import PAGE, fill, middle_page, overwrite
+
+    path = tmp_path / "damaged.db"
+    fill(path)
+    overwrite(path, middle_page(path), PAGE)
+    with Store(path) as store:
+        lost = next(e["key"] for e in store.export()["lost"] if e["what"] == "key")
+        with Sandbox(jit=jit, host_functions=store_bindings(store)) as sb:
+            for call in (f"coreai_lua_get_current({lost!r})", "coreai_lua_reset_all()",
+                         "coreai_lua_reset('mod0001:main')"):
+                out = sb.run(f"local r = {call}", "@mods/m.lua")
+                assert out.status == "error", call
+                message = out.error.message
+                assert "the versions store is damaged and read-only" in message, message
+                assert str(tmp_path) not in message and "malformed" not in message
+            out = sb.run("return coreai_lua_get_current('mod0001:main').rev")
+            assert out.values == (3,)  # what can be read still can

@@ -1,4 +1,5 @@
-"""``moonbox versions``: every subcommand, readable and --json, errors and exit codes."""
+"""``moonbox versions``: every subcommand, readable and --json, errors and exit codes, and
+what each does on a damaged store."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from pydantic import BaseModel
+from store_damage import KEYS, PAGE, files, fill, middle_page, overwrite
 
 from moonbox.cli import cli
 from moonbox.cli._versions import DEFAULT_STORE, STORE_ENV
@@ -161,3 +163,120 @@ def test_help_lists_every_subcommand():
     result = CliRunner().invoke(cli, ["versions", "--help"])
     for name in ("list", "show", "diff", "rollback", "reset", "reset-all", "export", "import"):
         assert f"  {name} " in result.output
+
+
+# --- a damaged store -------------------------------------------------------------------
+
+@pytest.fixture
+def damaged(tmp_path: Path) -> Path:
+    """A store of 400 keys with the page in the middle of its file overwritten."""
+    path = tmp_path / "damaged.db"
+    fill(path)
+    overwrite(path, middle_page(path), PAGE)
+    return path
+
+
+def invoke(*args: str) -> Result:
+    result = CliRunner().invoke(cli, ["versions", *args])
+    # Never a Python traceback: every failure is a reported StoreError and an exit status.
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        result.exception)
+    assert "Traceback" not in result.output
+    return result
+
+
+def _lost_key(path: Path) -> str:
+    with Store(path) as store:
+        return next(e["key"] for e in store.export()["lost"] if e["what"] == "key")
+
+
+def _readable_key(path: Path) -> str:
+    with Store(path) as store:
+        return store.export()["keys"][-1]["key"]
+
+
+def test_reads_of_a_damaged_store_warn_and_go_on(damaged):
+    result = invoke("list", "--store", str(damaged))
+    assert result.exit_code == 0 and f"{KEYS + 20} keys in" in result.stdout
+    assert result.stderr.startswith(f"warning: the versions store {damaged} is damaged (")
+    assert "moonbox versions export" in result.stderr
+    result = invoke("show", _readable_key(damaged), "--store", str(damaged), "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["key"]["current"] == 3
+    assert "warning: " in result.stderr
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_a_read_that_fails_is_a_store_error(damaged, as_json):
+    key = _lost_key(damaged)
+    for args in (["show", key], ["show", key, "1"], ["diff", key, "1", "3"]):
+        result = invoke(*args, "--store", str(damaged), *(["--json"] if as_json else []))
+        assert result.exit_code == 1, args
+        if as_json:
+            error = json.loads(result.stdout)["error"]
+            assert error["code"] == "corrupt_store" and error["path"] == str(damaged)
+            assert error["findings"] and error["key"] == key
+        else:
+            assert result.stdout == ""
+            assert result.stderr.startswith(f"error: the versions store {damaged} is damaged")
+            assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args", [
+    ["rollback", "mod0001:main", "1"], ["reset", "mod0001:main"], ["reset-all"],
+    ["reset-all", "--kind", "data"], ["import", "-"],
+])
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_writes_to_a_damaged_store_are_refused(damaged, args, as_json):
+    before = files(damaged)
+    result = CliRunner().invoke(cli, ["versions", *args, "--store", str(damaged),
+                                      *(["--json"] if as_json else [])],
+                                input='{"format": "moonbox-versions", "format_version": 1, '
+                                      '"exported_at_s": 1, "keys": []}')
+    assert isinstance(result.exception, SystemExit) and result.exit_code == 1
+    if as_json:
+        assert json.loads(result.stdout)["error"]["code"] == "corrupt_store"
+    else:
+        assert result.stderr.startswith("error: ") and "nothing was written" in result.stderr
+    assert files(damaged) == before
+
+
+def test_export_salvages_a_damaged_store(damaged, tmp_path):
+    out = tmp_path / "salvage.json"
+    result = invoke("export", str(out), "--store", str(damaged))
+    assert result.exit_code == 0
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert len(data["keys"]) >= 0.9 * (KEYS + 20) and data["lost"]
+    assert result.stdout == f"exported {len(data['keys'])} keys to {out}\n"
+    assert f"{len(data['lost'])} things could not be read" in result.stderr
+    first = data["lost"][0]
+    assert f"  lost {first['what']}: {first['kind']} {first['key']}" in result.stderr
+    assert (f"next: move {damaged} and {damaged}-wal aside, then moonbox versions import {out}"
+            in result.stderr)
+    report = invoke("export", str(out), "--store", str(damaged), "--json")
+    assert report.exit_code == 0
+    assert json.loads(report.stdout) == {"path": str(out), "keys": len(data["keys"]),
+                                         "lost": data["lost"]}
+    to_stdout = invoke("export", "-", "--store", str(damaged))
+    assert to_stdout.exit_code == 0 and json.loads(to_stdout.stdout)["lost"] == data["lost"]
+    # The recovery the message names: move the file and its WAL aside, import the export.
+    for suffix in ("", "-wal"):
+        Path(f"{damaged}{suffix}").rename(tmp_path / f"damaged.db.bad{suffix}")
+    result = invoke("import", str(out), "--store", str(damaged))
+    assert result.exit_code == 0 and result.stderr == ""
+    assert invoke("list", "--store", str(damaged), "--json").stderr == ""
+
+
+@pytest.mark.parametrize("content, code", [
+    (b"not a database\n" * 100, "not_a_store"),
+    (b"SQLite format 3\x00" + bytes(30), "corrupt_store"),
+])
+def test_a_file_that_is_not_a_sound_store(tmp_path, content, code):
+    path = tmp_path / "game.db"
+    path.write_bytes(content)
+    for args in (["list"], ["show", "a"], ["export", "-"], ["reset-all"]):
+        result = invoke(*args, "--store", str(path), "--json")
+        if result.exit_code == 0:  # a read of a damaged store: nothing in it, and a warning
+            assert code == "corrupt_store" and "is damaged" in result.stderr
+            continue
+        assert result.exit_code == 1 and json.loads(result.stdout)["error"]["code"] == code
+    assert path.read_bytes() == content

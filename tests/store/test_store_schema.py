@@ -88,8 +88,9 @@ def test_a_failed_migration_leaves_version_1(tmp_path, monkeypatch):
 
     broken = (*_schema._MIGRATIONS[1][:-2], "SELECT no_such_column FROM keys")
     monkeypatch.setitem(_schema._MIGRATIONS, 1, broken)
-    with pytest.raises(sqlite3.OperationalError):
+    with pytest.raises(StoreError) as exc:
         Store(path)
+    assert exc.value.code == "corrupt_store" and "no_such_column" in str(exc.value)
     monkeypatch.undo()
     assert _version(path) == 1
     conn = sqlite3.connect(path)

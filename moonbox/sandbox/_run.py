@@ -1,0 +1,364 @@
+"""Runs: a chunk running in a coroutine of the sandbox's runtime, resumed under budgets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .._errors import BudgetExceeded, HostError, SandboxClosed, ScriptError
+from ._budget import Budget
+from ._lua import lua
+from ._marshal import to_lua
+from ._outcome import DONE, FINISHED, PREEMPTED, YIELDED, Outcome, Stats, Status
+from ._protocols import SandboxState
+from ._script_errors import ended_outcome
+from ._values import MAX_EXACT_INT, MIN_EXACT_INT, all_scalar, resume_values
+from ._watchdog import Stall, stall_margin_s
+
+__all__ = ["Chunk", "Run"]
+
+MAX_REPORTS = 1000
+MAX_REPORT_CHARS = 4096
+MAX_REPORTS_TOTAL_CHARS = 256 << 10
+
+_tuple_new = tuple.__new__
+# At most this many arguments of a resume cross without conversion.
+_FAST_ARGS = 8
+# What a resume ended in when it ended plainly (not in a trip or an error of its own).
+_PLAIN_ENDS = frozenset({YIELDED, DONE, PREEMPTED})
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Compiled mod source, bound to the sandbox runtime that compiled it."""
+
+    name: str
+    checks: int
+    _fn: Any = field(repr=False)
+    _generation: int = field(repr=False)
+
+
+class Run:
+    """A chunk running in a coroutine. Each :meth:`resume` gets a fresh budget.
+
+    Create with :meth:`Sandbox.start`; resume until :attr:`finished`.
+    """
+
+    # Slots: attribute access on the resume path is measurably cheaper.
+    __slots__ = (
+        "sandbox", "chunk", "_id", "_generation", "status", "reports", "reports_dropped",
+        "_report_chars", "_steps", "_peak", "_wall_s", "resumes", "_denials", "_open",
+    )
+
+    def __init__(self, sandbox: SandboxState, chunk: Chunk, run_id: int) -> None:
+        self.sandbox = sandbox
+        self.chunk = chunk
+        self._id = run_id
+        self._generation = chunk._generation
+        self.status: Status | Literal["new"] = "new"
+        self.reports: list[str] = []
+        self.reports_dropped = 0
+        self._report_chars = 0
+        self._steps = 0
+        self._peak = 0
+        self._wall_s = 0.0
+        self.resumes = 0
+        self._denials: set[str] = set()
+        self._open = True  # False once finished, closed, or its runtime is gone
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+    @property
+    def stats(self) -> Stats:
+        """What the run has spent over all its resumes (peak heap: the highest seen)."""
+        return Stats(self._steps, self._peak, self._wall_s)
+
+    def _add_report(self, text: str) -> None:
+        if len(self.reports) >= MAX_REPORTS or self._report_chars >= MAX_REPORTS_TOTAL_CHARS:
+            self.reports_dropped += 1
+            return
+        if len(text) > MAX_REPORT_CHARS:
+            text = text[: MAX_REPORT_CHARS - 3] + "..."
+        self.reports.append(text)
+        self._report_chars += len(text)
+
+    def resume(self, *args: Any, budget: Budget | None = None) -> Outcome:
+        """Resume the run with a fresh budget (the sandbox's unless one is given).
+
+        ``args`` (plain data) are what the pending ``coroutine.yield`` returns, or the
+        chunk's ``...`` on the first resume.
+
+        Raises:
+            SandboxClosed: the run is finished, closed, or its sandbox was closed/replaced.
+            HostError: another run of the same sandbox is running (a host function tried to
+                resume a run), or moonbox itself failed.
+        """
+        # The hot path of every tick of every mod: kept flat on purpose.
+        sb = self.sandbox
+        if (budget is not None or not self._open or sb._running is not None
+                or sb._lua_budget is not sb.budget or sb._dropped):
+            return self._resume(args, budget)
+        if args:
+            if len(args) > _FAST_ARGS:
+                return self._resume(args, budget)
+            for v in args:  # all_scalar, inline: this runs on every handler call
+                kind = type(v)
+                if not (kind is float or v is None or kind is bool or (
+                        kind is int and MIN_EXACT_INT <= v <= MAX_EXACT_INT)):
+                    return self._resume(args, budget)
+        # The steady state: the sandbox's budget already in Lua, nothing to free first, a
+        # few numbers, booleans or nils as arguments (they cross as they are). What _resume
+        # does, minus the checks.
+        limit = sb._fixed_limit  # sb._limit is this already
+        growth_limited = False
+        if limit is None:  # see _resume
+            limit = sb._rt.get_memory_used(True) + sb._alloc_bytes
+            growth_limited = limit < sb._max_memory
+            if not growth_limited:
+                limit = sb._max_memory
+            sb._limit = limit
+        if sb._current_limit != limit:
+            sb._rt.set_max_memory(limit, True)
+            sb._current_limit = limit
+        reports = self.reports
+        first = len(reports)
+        sb._running = self
+        # Callables held in slots are read, then called: a call straight on the attribute
+        # takes CPython's generic method lookup every time.
+        clock, lua_resume, watchdog = sb._clock, sb._h_resume, sb._watchdog
+        start = clock()
+        sb._start = start
+        sb._deadline = start + sb._wall_s_limit
+        try:
+            if watchdog is not None:
+                sb._margin_now = sb._margin_s
+                res = watchdog.call(sb._stall_at, clock, lua_resume, self._id, start,
+                                    growth_limited, *args)
+            elif args:
+                res = lua_resume(self._id, start, growth_limited, *args)
+            else:
+                res = lua_resume(self._id, start, growth_limited)
+        except lua.LuaMemoryError:
+            res = None
+        except lua.LuaError as exc:
+            sb._loosen()
+            raise HostError(f"moonbox failed while resuming {self.chunk.name}: {exc}") from exc
+        finally:
+            sb._running = None
+        wall = clock() - start
+        self.resumes += 1
+        if wall > sb._late_s:
+            late = self._late(res, first, wall, growth_limited, sb._late_s)
+            if late is not None:
+                return late
+        if type(res) is tuple:
+            if len(res) == 2:
+                # A yield of nothing, the commonest answer: the prelude sends the two
+                # figures alone.
+                steps, peak = res
+                values: tuple[Any, ...] = ()
+            elif res[0] == YIELDED:
+                values = res[3:]
+                for v in values:  # numbers, booleans, nils cross as they are: no copy
+                    kind = type(v)
+                    if not (kind is float or v is None or kind is bool or (
+                            kind is int and MIN_EXACT_INT <= v <= MAX_EXACT_INT)):
+                        return self._ended(res, first, wall, growth_limited)
+                steps, peak = res[1], res[2]
+            else:
+                return self._ended(res, first, wall, growth_limited)
+            self._wall_s += wall
+            self._steps += steps
+            if peak > self._peak:
+                self._peak = peak
+            self.status = "yielded"
+            return _tuple_new(Outcome, ("yielded", values, None,
+                                        tuple(reports[first:]) if len(reports) > first else (),
+                                        _tuple_new(Stats, (steps, peak, wall))))
+        return self._ended(res, first, wall, growth_limited)
+
+    def _resume(self, args: tuple[Any, ...], budget: Budget | None) -> Outcome:
+        sb = self.sandbox
+        if not self._open or sb._running is not None:
+            self._refuse()
+        if budget is None:
+            budget = sb.budget
+        if budget is not sb._lua_budget:
+            sb._send_budget(budget)
+        # The allocator holds the mod to its heap cap and to this resume's growth allowance
+        # while it runs; between resumes the host keeps headroom for its own work (lupa's
+        # pushes are unprotected: an out-of-memory there would abort the process).
+        limit = sb._fixed_limit
+        growth_limited = False
+        if limit is None:  # the growth allowance may be the tighter limit
+            cap = budget.max_memory
+            limit = sb._rt.get_memory_used(True) + budget.alloc_bytes
+            growth_limited = limit < cap
+            if not growth_limited:
+                limit = cap
+        sb._limit = limit
+        first = len(self.reports)
+        sb._running = self
+        if sb._dropped:  # handles released since: free their functions first
+            sb._loosen()
+            sb._drop_handles()
+        if args:
+            # A few numbers, booleans or nils cross as they are: pushing them allocates
+            # nothing (the stack keeps room for them). Anything else is converted first,
+            # with the host's headroom.
+            lua_args = args
+            if len(args) > _FAST_ARGS or not all_scalar(args):
+                sb._loosen()
+                lua_args = [to_lua(sb._rt, a) for a in args]
+        # The allocator stays at this limit after a plain yield (nothing of the host's needs
+        # Lua memory then); every other host entry point loosens it first (see _loosen).
+        if sb._current_limit != limit:
+            sb._rt.set_max_memory(limit, True)
+            sb._current_limit = limit
+        # The resume's time is read on the meter's clock, the one its wall budget runs on.
+        start = sb._clock()
+        sb._start = start
+        sb._deadline = start + budget.wall_s
+        margin = sb._margin_now = stall_margin_s(budget.wall_s)
+        watchdog = sb._watchdog
+        try:
+            if watchdog is not None:
+                res = watchdog.call(sb._stall_at, sb._clock, sb._h_resume, self._id, start,
+                                    growth_limited, *(lua_args if args else ()))
+            elif args:
+                res = sb._h_resume(self._id, start, growth_limited, *lua_args)
+            else:
+                res = sb._h_resume(self._id, start, growth_limited)
+        except lua.LuaMemoryError:
+            res = None
+        except lua.LuaError as exc:
+            sb._loosen()
+            raise HostError(f"moonbox failed while resuming {self.chunk.name}: {exc}") from exc
+        finally:
+            sb._running = None
+        wall = sb._clock() - start
+        self.resumes += 1
+        if wall > budget.wall_s + margin:
+            late = self._late(res, first, wall, growth_limited, budget.wall_s + margin)
+            if late is not None:
+                return late
+        if type(res) is tuple and len(res) == 2:  # a yield of nothing (see resume)
+            res = (YIELDED, *res)
+        if type(res) is tuple and res[0] == YIELDED:
+            steps, peak = res[1], res[2]
+            self._wall_s += wall
+            self._steps += steps
+            if peak > self._peak:
+                self._peak = peak
+            self.status = "yielded"
+            if len(res) == 3:
+                values: tuple[Any, ...] = ()
+            elif all_scalar(res, 3):
+                values = res[3:]  # numbers, booleans, nils: nothing to copy
+            else:
+                sb._loosen()  # copying tables out takes references in Lua
+                values = resume_values(sb, res)
+            reports = self.reports
+            new = tuple(reports[first:]) if len(reports) > first else ()
+            # tuple.__new__ skips the NamedTuple constructors.
+            return _tuple_new(Outcome, ("yielded", values, None, new,
+                                        _tuple_new(Stats, (steps, peak, wall))))
+        return self._ended(res, first, wall, growth_limited)
+
+    def _late(self, res: Any, first: int, wall: float, growth_limited: bool,
+              late_s: float) -> Outcome | None:
+        """A resume that ended past its wall budget and the stall margin: a time trip after
+        the fact, or (with a watchdog that stopped waiting) a stall. ``None`` when it ended
+        in a trip or error of its own, or when the time past the budget was excluded (an
+        approval it waited for): the usual outcome then stands."""
+        sb = self.sandbox
+        stalled = type(res) is Stall
+        if not stalled:
+            if wall - sb._excluded_in_resume() <= late_s:
+                return None
+            if type(res) is tuple and len(res) > 2 and res[0] not in _PLAIN_ENDS:
+                return None  # its own trip or error says more (and where)
+        budget = sb._lua_budget if sb._lua_budget is not None else sb.budget
+        reports = self.reports
+        new = tuple(reports[first:]) if len(reports) > first else ()
+        steps = peak = 0
+        if type(res) is tuple:
+            steps, peak = (res[0], res[1]) if len(res) == 2 else (res[1], res[2])
+        self._wall_s += wall
+        self._steps += steps
+        error = BudgetExceeded("time", budget.wall_s, wall, chunk=self.chunk.name)
+        if stalled:
+            error.message += (
+                "; it was stuck in one operation (a library call or a VM instruction the meter "
+                "cannot interrupt) past the margin, so its runtime was abandoned")
+            self.status = "budget"
+            self._open = False
+            sb._abandon()
+        else:
+            error.message += (
+                "; it ended late, counted after the fact: one operation ran long (a library "
+                "call or a VM instruction the meter cannot interrupt)")
+            self.status = "budget"
+            sb._close_run(self)
+        return _tuple_new(Outcome, ("budget", (), error, new,
+                                    _tuple_new(Stats, (steps, peak, wall))))
+
+    def _ended(self, res: Any, first: int, wall: float, growth_limited: bool) -> Outcome:
+        # Any outcome but a plain yield: values to copy, an error, a trip, the end. The
+        # budget is the one the resume ran under (sent to Lua before it).
+        sb = self.sandbox
+        budget = sb._lua_budget
+        self._wall_s += wall
+        outcome = ended_outcome(sb, self, res, first, wall,
+                                budget.alloc_bytes if growth_limited else budget.max_memory)
+        stats = outcome.stats
+        self._steps += stats.steps
+        if stats.memory_peak_bytes > self._peak:
+            self._peak = stats.memory_peak_bytes
+        status = self.status = outcome.status
+        if status in FINISHED:
+            sb._close_run(self)
+        return outcome
+
+    def _refuse(self) -> None:
+        if self.sandbox._running is not None and self._open:
+            raise HostError("a run cannot be resumed while another run of the sandbox runs")
+        if self.status in FINISHED:
+            raise SandboxClosed(f"the run of {self.chunk.name} is finished ({self.status})")
+        raise SandboxClosed(f"the run of {self.chunk.name} was closed")
+
+    def finish(self, *args: Any, max_resumes: int = 1000, budget: Budget | None = None) -> Outcome:
+        """Resume until the chunk returns, fails or trips; each resume has a fresh budget.
+
+        Returns one outcome for the whole run: the final values, all reports, summed stats.
+        A chunk still yielding after ``max_resumes`` resumes ends as an ``error``.
+        """
+        first = len(self.reports)
+        outcome = self.resume(*args, budget=budget)
+        count = 1
+        while outcome.status in ("yielded", "preempted"):
+            if count >= max_resumes:
+                self.close()
+                err = ScriptError(
+                    f"still yielding after {max_resumes} resumes; finish within fewer",
+                    chunk=self.chunk.name,
+                )
+                outcome = Outcome("error", (), err)
+                break
+            outcome = self.resume(budget=budget)
+            count += 1
+        return Outcome(
+            outcome.status,
+            outcome.values,
+            outcome.error,
+            tuple(self.reports[first:]),
+            self.stats,
+        )
+
+    def close(self) -> None:
+        """Drop the run's coroutine. Idempotent."""
+        if not self.finished:
+            self.status = "error"
+        self.sandbox._close_run(self)

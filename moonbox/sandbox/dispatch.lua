@@ -1,0 +1,125 @@
+-- Part of the moonbox prelude (prelude.lua): the dispatcher's Lua side, the closures of
+-- the host functions and the checks of their arguments.
+
+-------------------------------------------------------------------------------------------
+-- Host functions: closures over the one dispatcher.
+-------------------------------------------------------------------------------------------
+-- The dispatcher answers with the results themselves (one value as it is, several as a
+-- tuple lupa unpacks), or with this marker first and the message second on a failure: the
+-- common call then crosses no extra value. Only the host holds the marker.
+local HOST_FAILED = setmetatable({}, { __metatable = false })
+
+local function fail(err)
+  if type(err) ~= "string" then err = "host function failed" end  -- never a host object
+  if not tripped and is_memory_error(err) then
+    local limit, used = memory_trip_figures()
+    set_trip("memory", limit, used)
+  end
+  if tripped then raise_trip() end
+  raise_here(err)
+end
+
+local function finish(...)
+  if ... == HOST_FAILED then return fail((select(2, ...))) end
+  return ...
+end
+
+-- lupa's metatable of Python objects: the dispatcher is the one Python object in this
+-- runtime, out of every mod's reach; its metatable is hidden all the same.
+do
+  local mt = getmetatable(dispatch)
+  if type(mt) == "table" then mt.__metatable = false end
+end
+
+-- A host call near the heap cap is refused as a memory trip before it starts: lupa copies
+-- arguments and results with unprotected allocations, where an out-of-memory error would
+-- unwind through the Python interpreter.
+local HOST_CALL_MARGIN_KB = config.host_call_margin_bytes / 1024
+
+local function make_host_function(id, cost)
+  if not (cost < MAX_CHARGE) then
+    cost = MAX_CHARGE
+  elseif not (cost > 0) then
+    cost = 0
+  end
+  return function(...)
+    local c = cell[0] - cost
+    if c < 0 then
+      overdrawn(c)
+    else
+      cell[0] = c
+    end
+    local kb = collectgarbage("count")
+    if kb > host_call_max_kb then
+      if m_growth_limited then
+        set_trip("memory", b_alloc_bytes, floor((kb - m_start_kb) * 1024))
+      else
+        set_trip("memory", b_max_memory, floor(kb * 1024))
+      end
+      raise_trip()
+    end
+    return finish(dispatch(id, ...))
+  end
+end
+
+function host.make_host_function(id, cost)
+  return make_host_function(id, cost)
+end
+
+host.host_failed = HOST_FAILED
+
+-- Checking is host work, bounded by the value limits: the count hook does not meter it.
+local function unmetered(was_active, ok, ...)
+  m_active = was_active
+  if not ok then error((...), 0) end
+  return ...
+end
+
+-- Checks a table argument of a host call (strictly: no functions, coroutines or userdata);
+-- nil, or a message. The mod pays one step per table entry checked, in both metering modes:
+-- a huge argument costs what it weighs, not one step.
+function host.check_argument(value)
+  local was_active = m_active
+  m_active = false
+  local problem, items = unmetered(was_active, pcall(check_export, value, true,
+    VALUE_MAX_DEPTH, VALUE_MAX_ITEMS, VALUE_MAX_BYTES, 1))
+  if m_active then charge(items) end
+  return problem
+end
+
+-- A flat table argument (the common case: `{x = 1, name = "a"}`) in one call: its pairs
+-- as multiple values after their count, when it has at most FLAT_MAX entries, string or
+-- number keys and boolean, number or string values, within the byte limit; else nil (and
+-- the host takes check_argument's way). Charged as check_argument charges.
+local FLAT_MAX = 16
+local flat = {}
+local function flat_pairs(t)
+  local n, bytes = 0, 0
+  for k, v in next, t do  -- by slot index: linear whatever the keys (values.lua)
+    n = n + 1
+    if n > FLAT_MAX or n > VALUE_MAX_ITEMS then return nil end
+    local tk, tv = type(k), type(v)
+    if tk == "string" then
+      bytes = bytes + #k
+    elseif tk ~= "number" then
+      return nil
+    end
+    if tv == "string" then
+      bytes = bytes + #v
+    elseif tv ~= "number" and tv ~= "boolean" then
+      return nil
+    end
+    flat[2 * n - 1], flat[2 * n] = k, v
+  end
+  if bytes > VALUE_MAX_BYTES then return nil end
+  return n
+end
+
+function host.flat_argument(t)
+  local was_active = m_active
+  m_active = false
+  local n = unmetered(was_active, pcall(flat_pairs, t))
+  if n == nil then return nil end
+  if m_active then charge(n) end
+  return n, unpack_(flat, 1, 2 * n)
+end

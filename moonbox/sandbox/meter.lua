@@ -1,0 +1,270 @@
+-- Part of the moonbox prelude (prelude.lua): the clock and the meter, the budget every
+-- resume runs under, and the host's entry points that move its deadline.
+
+-------------------------------------------------------------------------------------------
+-- Clock: CLOCK_MONOTONIC through the FFI (tens of nanoseconds once compiled, ~0.8 us from
+-- the interpreter). The host reads a resume's start and end on the same clock.
+-------------------------------------------------------------------------------------------
+local now = os.clock
+local CLOCK = "process"
+do
+  local ok = pcall(ffi.cdef, [[
+    typedef struct { long tv_sec; long tv_nsec; } moonbox_timespec;
+    int clock_gettime(int clk_id, moonbox_timespec *tp);
+  ]])
+  if ok and ffi.os == "Linux" then
+    local ts = ffi.new("moonbox_timespec")
+    local C = ffi.C
+    local function mono()
+      C.clock_gettime(1, ts)
+      return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+    end
+    if pcall(mono) then now, CLOCK = mono, "monotonic" end
+  end
+end
+
+-------------------------------------------------------------------------------------------
+-- The meter.
+--
+-- `cell[0]` is the step window: instrumented checks decrement it and call `slow` when it
+-- drops below zero. `slow` accounts the window, polls the clock and the heap, adapts the
+-- poll interval K, and either refills the window, preempts (yields) or trips.
+--
+-- The cell is a 32-bit integer: in compiled code a check is then an integer subtract, and
+-- the chain of checks through the cell (every function entry of a recursion) is shorter
+-- than with a double (fib, the worst case, runs ~5% faster). Everything stored in it stays
+-- in range: a window holds at most K_MAX steps, a check subtracts its weight (far below
+-- 2^24) and calls `slow` as soon as the cell is negative, and charges that go past the
+-- window are accounted exactly by `overdrawn`, never stored.
+-------------------------------------------------------------------------------------------
+local cell = ffi.new("int32_t[1]")
+local STICKY = -1073741824                -- -2^30: stays negative whatever a check subtracts
+-- K_MAX bounds the time between polls: a step is at most a bounded amount of straight-line
+-- work (the instrumenter weighs big bodies), so 2^17 steps stay within milliseconds.
+local K_MIN, K_MAX = 1, 131072
+local POLL_LOW_S, POLL_HIGH_S = 0.0002, 0.001  -- aim: one poll every 0.2-1 ms
+
+local m_active = false      -- a resume is running
+local m_window = 0          -- steps granted to the cell at the last refill
+local m_used = 0            -- steps accounted in this resume
+local m_total_base = 0      -- steps used by earlier resumes of the run (for total_steps)
+local m_start = 0           -- clock at resume start
+local m_deadline = huge     -- clock value at which the resume runs out of time
+local m_alloc_kb = huge     -- heap (KiB) at which the resume runs out of allocation
+local m_start_kb = 0        -- heap (KiB) when the resume began
+local m_growth_limited = false  -- the allocator's limit this resume is the growth allowance
+local m_peak_kb = 0
+local m_k = 256             -- steps between polls, adapted to the workload
+local m_last_poll = 0
+local m_run_co = nil        -- coroutine of the running run
+local m_chunks = {}         -- source name -> true, for every mod chunk loaded here
+
+-- The budget of every resume, until the host sends another (b_total_limit -1: no cap).
+-- The allocator enforces max_memory and alloc_bytes; the meter checks alloc_bytes too.
+local b_steps, b_wall_s, b_total_limit, b_preempt = 0, 0, -1, false
+local b_alloc_bytes, b_max_memory = 0, 0
+local host_call_max_kb = 0  -- a host call is refused above this heap (see make_host_function)
+
+-- Trip state: sticky until the next resume begins.
+local tripped = false
+local t_kind, t_limit, t_used, t_chunk, t_line = nil, 0, 0, nil, nil
+local TRIP_MESSAGE = "moonbox: budget exceeded"
+
+local PREEMPT = {}          -- yielded to the host at slice end; unforgeable
+
+local function mod_frame(level)
+  -- First frame at or above `level` that runs a mod chunk: its source and line.
+  for lvl = level, level + 200 do
+    local info = getinfo(lvl, "Sl")
+    if not info then return nil, nil end
+    if m_chunks[info.source] and info.currentline > 0 then
+      return info.source, info.currentline
+    end
+  end
+  return nil, nil
+end
+
+local function account()
+  local c = cell[0]
+  if c > STICKY / 2 then
+    m_used = m_used + (m_window - c)
+  end
+  m_window = c
+end
+
+local function set_trip(kind, limit, used)
+  if tripped then return end
+  tripped = true
+  t_kind, t_limit, t_used = kind, limit, used
+  t_chunk, t_line = mod_frame(2)
+end
+
+local function raise_trip()
+  cell[0] = STICKY
+  m_window = STICKY
+  error(TRIP_MESSAGE, 0)
+end
+
+local function refill()
+  local w = m_k
+  local left = b_steps - m_used
+  if left < w then w = left end
+  if b_total_limit >= 0 then
+    local total_left = b_total_limit - m_total_base - m_used
+    if total_left < w then w = total_left end
+  end
+  if w < 0 then w = 0 end
+  m_window = w
+  cell[0] = w
+end
+
+-- jit=False: set when the count hook was armed for single instructions (see hook below).
+local hook_pending = false
+local restore_hook  -- set with the hook
+
+local function slow()
+  if tripped then raise_trip() end
+  if hook_pending then restore_hook() end
+  account()
+  local t = now()
+  local dt = t - m_last_poll
+  m_last_poll = t
+  if dt < POLL_LOW_S then
+    if m_k < K_MAX then m_k = m_k * 2 end
+  elseif dt > POLL_HIGH_S and m_k > K_MIN then
+    m_k = floor(m_k / 2)
+  end
+  local kb = collectgarbage("count")
+  if kb > m_peak_kb then m_peak_kb = kb end
+  if kb > m_alloc_kb then
+    set_trip("memory", b_alloc_bytes, floor((kb - m_start_kb) * 1024))
+    raise_trip()
+  end
+  if b_total_limit >= 0 and m_total_base + m_used > b_total_limit then
+    set_trip("steps", b_total_limit, m_total_base + m_used)
+    raise_trip()
+  end
+  local over_steps = m_used > b_steps
+  local over_time = t > m_deadline
+  if over_steps or over_time then
+    if b_preempt and co_running() == m_run_co then
+      -- Yield to the host; the next resume refills the window with a fresh slice.
+      if pcall(co_yield, PREEMPT) then return end
+    end
+    if over_steps then
+      set_trip("steps", b_steps, m_used)
+    else
+      set_trip("time", b_wall_s, t - m_start)
+    end
+    raise_trip()
+  end
+  refill()
+end
+
+-- jit=False mode: a count hook drives the same meter. One hook call is HOOK_STEPS steps.
+local HOOK_INSTRUCTIONS = config.hook_instructions
+local HOOK_STEPS = config.hook_steps
+local hook
+
+-- Armed for one instruction at a time when the meter ran out inside the prelude: polls at
+-- the first instruction back in mod code. (Waiting for the next full count instead let a
+-- loop whose length divides the count land in the prelude every time, and never trip:
+-- found by the fuzzer.)
+restore_hook = function()
+  hook_pending = false
+  sethook(hook, "", HOOK_INSTRUCTIONS)
+end
+
+local function pending_hook()
+  local info = getinfo(2, "S")
+  if info and info.source == PRELUDE_SOURCE then return end
+  restore_hook()
+  if m_active then slow() end
+end
+
+hook = function()
+  if not m_active then return end
+  local c = cell[0] - HOOK_STEPS
+  cell[0] = c
+  if c < 0 then
+    -- Never poll or trip inside the prelude's own code (the host's work between the mod's
+    -- steps): the first instruction back in mod code does.
+    local info = getinfo(2, "S")
+    if info and info.source == PRELUDE_SOURCE then
+      hook_pending = true
+      sethook(pending_hook, "", 1)
+      return
+    end
+    slow()
+  end
+end
+
+if config.jit then
+  jit.on()
+else
+  jit.off()
+  jit.flush()
+  sethook(hook, "", HOOK_INSTRUCTIONS)
+end
+
+-- The window is overdrawn to `c` (below zero, possibly far below what the cell can hold)
+-- by a charge: accounted here exactly, then the slow path polls, and refills or trips.
+local function overdrawn(c)
+  if cell[0] > STICKY / 2 then  -- once tripped, slow raises again
+    m_used = m_used + (m_window - c)
+    m_window = 0
+    cell[0] = 0
+  end
+  slow()
+end
+
+-- Charge `cost` steps for work done outside instrumented code (bindings, library calls).
+-- A cost that is not a number below MAX_CHARGE (NaN, infinite, huge) is MAX_CHARGE: far
+-- past any step budget, and still small enough for the meter to account. A cost below
+-- zero charges nothing.
+local MAX_CHARGE = 2 ^ 50
+local function charge(cost)
+  if not (cost < MAX_CHARGE) then
+    cost = MAX_CHARGE
+  elseif not (cost > 0) then
+    cost = 0
+  end
+  local c = cell[0] - cost
+  if c < 0 then
+    overdrawn(c)
+  else
+    cell[0] = c
+  end
+end
+
+local function is_memory_error(err)
+  return err == "not enough memory"
+end
+
+-- An allocation failed: the limit it hit, and what was used against it.
+local function memory_trip_figures()
+  local kb = collectgarbage("count")
+  if m_growth_limited then return b_alloc_bytes, floor((kb - m_start_kb) * 1024) end
+  return b_max_memory, floor(kb * 1024)
+end
+
+-------------------------------------------------------------------------------------------
+-- The host's hold on the meter's deadline.
+-------------------------------------------------------------------------------------------
+-- Called by the host when a host function returns past the resume's deadline: the next
+-- check polls the clock and trips.
+function host.expire()
+  if m_active and not tripped and cell[0] > 0 then
+    account()
+    m_window = 0
+    cell[0] = 0
+  end
+end
+
+-- Called by the host after host work that does not count against the resume's time (an
+-- approval a person answers): the deadline moves by the time that work took.
+function host.extend(seconds)
+  if m_active then m_deadline = m_deadline + seconds end
+end
+
+host.clock = CLOCK

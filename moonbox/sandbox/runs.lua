@@ -1,0 +1,266 @@
+-- Part of the moonbox prelude (prelude.lua), and its last: loading mod chunks and running
+-- them, each resume under the meter, then the runtime's own globals sealed.
+
+-------------------------------------------------------------------------------------------
+-- Loading and running.
+-------------------------------------------------------------------------------------------
+local runs = {}
+local next_run = 0
+local main_of = setmetatable({}, { __mode = "k" })  -- entry function -> the mod's main
+
+-- Compiles source text as a chunk; returns the chunk function or nil and the message.
+-- `wrapped_source` is the instrumented text (a chunk returning the meter wrapper) or nil
+-- when the sandbox uses the count hook.
+function host.compile(source, wrapped_source, chunkname, env)
+  if s_byte(source, 1) == 27 then
+    return nil, "bytecode is refused: moonbox loads Lua source text only"
+  end
+  local fn, err = load(source, chunkname, "t", env)
+  if not fn then return nil, err end
+  if wrapped_source then
+    local maker
+    maker, err = load(wrapped_source, chunkname, "t", env)
+    if not maker then
+      return nil, "moonbox could not instrument this source (" .. err .. ")", true
+    end
+    local body = maker()
+    fn = function(...) return body(cell, slow, ...) end
+    main_of[fn] = body
+  end
+  m_chunks[chunkname] = true
+  return fn
+end
+
+function host.start(fn)
+  next_run = next_run + 1
+  local co = co_create(fn)
+  host_cos[co] = true
+  runs[next_run] = { co = co, main = main_of[fn] or fn, total = 0 }
+  return next_run
+end
+
+function host.close(id)
+  runs[id] = nil
+end
+
+-- Functions the host holds handles to, by key. The host never keeps a Lua object of its
+-- own past the call that gave it: an object made inside a run's coroutine remembers that
+-- coroutine, and freeing it after the coroutine was collected would touch freed memory.
+local kept, last_kept, kept_count = {}, 0, 0
+
+-- Keeps `fn`, a function of a mod chunk; returns its key, chunk name and first line, or
+-- nil for anything else (library and C functions cannot be a run's body).
+function host.keep_function(fn)
+  if type(fn) ~= "function" then return nil end
+  local info = getinfo(fn, "S")
+  if not info or not m_chunks[info.source] or info.what ~= "Lua" then return nil end
+  last_kept = last_kept + 1
+  kept[last_kept] = fn
+  kept_count = kept_count + 1
+  return last_kept, info.source, info.linedefined
+end
+
+function host.start_kept(key)
+  local fn = kept[key]
+  if fn == nil then return nil end
+  return host.start(fn)
+end
+
+function host.drop_kept(key)
+  if kept[key] ~= nil then
+    kept[key] = nil
+    kept_count = kept_count - 1
+  end
+end
+
+function host.kept_count()
+  return kept_count
+end
+
+-------------------------------------------------------------------------------------------
+-- Error descriptions: message, position and the mod's own frames, without metamethods.
+-------------------------------------------------------------------------------------------
+local MAX_MESSAGE = config.max_message_bytes
+
+local function error_text(err)
+  local te = type(err)
+  if te == "string" then
+    if #err > MAX_MESSAGE then return s_sub(err, 1, MAX_MESSAGE) .. "..." end
+    return err
+  elseif te == "number" or te == "boolean" or te == "nil" then
+    return tostring(err)
+  end
+  return "(error object is a " .. te .. " value)"
+end
+
+local function frames_of(co, main)
+  -- The mod's own frames, innermost first: chunk, line and function name.
+  local frames = {}
+  for lvl = 0, 200 do
+    local info = getinfo(co, lvl, "Slnf")
+    if not info then break end
+    if m_chunks[info.source] then
+      local name = info.name
+      if info.func == main then name = "main chunk" end
+      local line = info.currentline
+      if line <= 0 then line = nil end
+      frames[#frames + 1] = { chunk = info.source, line = line, name = name }
+    end
+  end
+  return frames
+end
+
+-------------------------------------------------------------------------------------------
+-- Resumes.
+-------------------------------------------------------------------------------------------
+-- Checks the values a run returned or yielded; nil when they may cross, or a message.
+local function check_values(...)
+  local n = select("#", ...)
+  local bytes = 0
+  for i = 1, n do
+    local v = select(i, ...)
+    local tv = type(v)
+    if tv == "string" then bytes = bytes + #v end
+    if tv == "table" or bytes > VALUE_MAX_BYTES then
+      return check_export({ ... }, false, VALUE_MAX_DEPTH, VALUE_MAX_ITEMS, VALUE_MAX_BYTES, 0)
+    end
+  end
+  return nil
+end
+
+-- What a resume ended in, as the first value host.resume returns: small numbers, which
+-- cross to Python without an allocation (the host's _outcome.py has the same table).
+local YIELDED, DONE, PREEMPTED, BUDGET, FAILED, BAD_VALUE, CLOSED = 1, 2, 3, 4, 5, 6, 7
+
+-- The bookkeeping around a resume lives in begin and settle, small functions that take no
+-- varargs and call no coroutine function: the JIT compiles each of them, where host.resume
+-- and finish_resume stay interpreted (coroutine.resume cannot be compiled). The heap is
+-- read by their callers: a library call inside them would split their traces.
+
+-- Accounts a resume that just ended, with the heap (KiB) at its end; returns whether it
+-- ended plainly (no error, no trip, within its allowance). The host measures the wall time:
+-- a clock read through the FFI costs ~0.8 us in the interpreter, where a runtime resumed
+-- once per tick (an engine mod's) runs this code.
+local function settle(run, ok, kb)
+  m_active = false
+  if not ok then run.dead = true end  -- a coroutine that raised is dead
+  account()
+  m_run_co = nil
+  if kb > m_peak_kb then m_peak_kb = kb end
+  if m_used < 0 then m_used = 0 end
+  run.total = run.total + m_used
+  return ok and not tripped and kb <= m_alloc_kb
+end
+
+local function finish_resume(run, ok, ...)
+  local kb = collectgarbage("count")
+  local plain = settle(run, ok, kb)
+  local stats_steps, stats_peak = m_used, m_peak_kb * 1024
+  if plain and select("#", ...) == 0 then
+    -- Most resumes: nothing yielded or returned. A yield of nothing answers with the
+    -- two figures alone (no status first).
+    if co_status(run.co) == "suspended" then return stats_steps, stats_peak end
+    run.dead = true
+    return DONE, stats_steps, stats_peak
+  end
+  if not ok and not tripped and is_memory_error((...)) then
+    tripped = true
+    t_kind, t_limit, t_used = "memory", memory_trip_figures()
+    t_chunk, t_line = nil, nil
+  elseif not tripped and kb > m_alloc_kb then
+    -- Grew past the allowance between polls and finished before the next one.
+    tripped = true
+    t_kind, t_limit, t_used = "memory", b_alloc_bytes, floor((kb - m_start_kb) * 1024)
+    t_chunk, t_line = nil, nil
+  end
+  if tripped then
+    local frames = frames_of(run.co, run.main)
+    if t_chunk == nil then
+      for i = 1, #frames do
+        if frames[i].line then t_chunk, t_line = frames[i].chunk, frames[i].line break end
+      end
+    end
+    return BUDGET, stats_steps, stats_peak, {
+      kind = t_kind, limit = t_limit, used = t_used, chunk = t_chunk, line = t_line,
+      traceback = frames,
+    }
+  end
+  if not ok then
+    return FAILED, stats_steps, stats_peak, {
+      message = error_text((...)), traceback = frames_of(run.co, run.main),
+    }
+  end
+  if (...) == PREEMPT and select("#", ...) == 1 and co_status(run.co) == "suspended" then
+    return PREEMPTED, stats_steps, stats_peak
+  end
+  local status = YIELDED
+  if co_status(run.co) == "dead" then
+    status = DONE
+    run.dead = true
+  end
+  local problem = check_values(...)
+  if problem then return BAD_VALUE, stats_steps, stats_peak, problem, status end
+  return status, stats_steps, stats_peak, ...
+end
+
+function host.set_budget(steps, wall_s, total_limit, preempt, alloc_bytes, max_memory)
+  b_steps, b_wall_s, b_total_limit, b_preempt = steps, wall_s, total_limit, preempt
+  b_alloc_bytes, b_max_memory = alloc_bytes, max_memory
+  host_call_max_kb = max_memory / 1024 - HOST_CALL_MARGIN_KB
+end
+
+-- Sets the meter up for a resume of `run` that starts at `start`, with the heap at `kb`.
+local function begin(run, start, growth_limited, kb)
+  if tripped then
+    tripped = false
+    t_kind, t_chunk, t_line = nil, nil, nil
+  end
+  c_depth = 0
+  m_used = 0
+  m_total_base = run.total
+  m_run_co = run.co
+  m_peak_kb = kb
+  m_start_kb = kb
+  m_alloc_kb = kb + b_alloc_bytes / 1024
+  m_growth_limited = growth_limited
+  -- A host call is refused within the margin of the limit the allocator holds this resume
+  -- to: the growth allowance when it is the tighter one, else the heap cap.
+  if growth_limited then
+    host_call_max_kb = m_alloc_kb - HOST_CALL_MARGIN_KB
+  else
+    host_call_max_kb = b_max_memory / 1024 - HOST_CALL_MARGIN_KB
+  end
+  m_start = start
+  m_last_poll = start
+  m_deadline = start + b_wall_s
+  if m_k > 4096 then m_k = 4096 end
+  refill()
+  if hook_pending then restore_hook() end  -- a resume that ended inside the prelude
+  m_active = true
+end
+
+-- Resumes run `id` with a fresh budget; `start` is the host's clock reading as it began.
+-- Returns the status, steps used, peak heap bytes, then for done/yielded the values, for
+-- the other statuses the error info (a table, or a message for bad_value). A yield of no
+-- values, the commonest end, returns the two figures alone, without the status.
+function host.resume(id, start, growth_limited, ...)
+  local run = runs[id]
+  if not run or run.dead then return CLOSED end
+  begin(run, start, growth_limited, collectgarbage("count"))
+  return finish_resume(run, co_resume(run.co, ...))
+end
+
+-------------------------------------------------------------------------------------------
+-- The runtime's own globals, sealed last: every part above captured what it uses.
+-------------------------------------------------------------------------------------------
+-- The `python` module lupa installs is removed from the runtime entirely.
+_G.python = nil
+package.loaded.python = nil
+
+-- The runtime's own globals keep no `debug` either (the prelude captured what it uses).
+-- No mod could reach it there anyway; it goes because lupa looks up `debug.traceback` as
+-- the error handler of every call the host makes into Lua: without it, each resume skips
+-- two table lookups and a stack shuffle, and a host-side Lua error arrives as its message.
+_G.debug = nil
+
+return host
