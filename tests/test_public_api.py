@@ -75,8 +75,9 @@ def test_world_and_engine_names():
     ]
     assert moonbox.engine.__all__ == [
         "DEFAULT_BUDGET", "DEFAULT_WORKERS", "ENGINE_BINDINGS", "RUNTIME_CHUNK", "Callback",
-        "EngineError", "Event", "Failure", "Game", "Isolation", "Mod", "ModLimits", "ModStats",
-        "Quarantine", "Task", "TickReport", "engine_bindings",
+        "EngineError", "Event", "Failure", "Game", "GameSnapshot", "Isolation", "Lost", "Mod",
+        "ModLimits", "ModSnapshot", "ModStats", "Quarantine", "RestoreReport", "Task",
+        "TickReport", "engine_bindings",
     ]
     for module in (moonbox.world, moonbox.engine):
         for name in module.__all__:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from moonbox.engine import ModLimits
-from moonbox.engine._game import MAX_MESSAGE_CHARS
+from moonbox.engine._protocol import MAX_MESSAGE_CHARS
 from moonbox.isolation import WorkerPool
 
 
