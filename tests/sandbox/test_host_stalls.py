@@ -317,3 +317,41 @@ def test_report_caps_are_per_resume_and_a_drop_is_said(isolated):
             assert run.reports_dropped_now == 500 and run.reports_dropped == 500 * n
         whole = sb.run("for i = 1, 3 do report(i) coroutine.yield() end")
         assert whole.reports == ("1", "2", "3")
+
+
+# -- a host function sees its deadline and a cancellation flag --------------------------------
+
+def test_a_slow_host_function_can_stop_at_the_callers_deadline():
+    # Found by an audit: a 1.0 s Python binding under a 0.1 s wall budget ran its full
+    # second before the trip. A binding that checks call.cancelled stops on time.
+    seen = {}
+
+    class _Cooperative:
+        name = "work"
+        cost = 1
+
+        def __call__(self, call, args):
+            seen["left"] = call.time_left_s()
+            rounds = 0
+            while not call.cancelled and rounds < 1000:
+                time.sleep(0.005)
+                rounds += 1
+            seen["rounds"] = rounds
+            return ()
+
+    with Sandbox(Budget(wall_s=0.1), host_functions=[_Cooperative()]) as sb:
+        started = time.perf_counter()
+        out = sb.run("work() local n = 0 for i = 1, 100 do n = n + i end return n", "@slow.lua")
+        elapsed = time.perf_counter() - started
+    assert 0 < seen["left"] <= 0.1
+    assert seen["rounds"] < 1000  # it saw the flag, long before its own bound of 5 s
+    assert out.status == "budget" and out.error.budget == "time"
+    assert elapsed < 5
+
+
+def test_outside_a_resume_a_call_is_not_cancelled():
+    from moonbox.sandbox import HostCall
+
+    with Sandbox() as sb:
+        assert HostCall(sb, None, "x").cancelled is False
+    assert HostCall(None, None, "x").cancelled is True
