@@ -355,3 +355,46 @@ def test_outside_a_resume_a_call_is_not_cancelled():
     with Sandbox() as sb:
         assert HostCall(sb, None, "x").cancelled is False
     assert HostCall(None, None, "x").cancelled is True
+
+
+# -- what LuaJIT's parser would do superlinearly is refused before it runs ----------------------
+
+def test_number_literals_that_share_a_hash_bucket_are_refused_before_the_parser():
+    from moonbox.sandbox._parser_limits import MAX_NUMBERS_PER_BUCKET
+
+    with Sandbox(BUDGET) as sb:
+        keys = sb._rt.execute(COLLIDING_KEYS + "local k = colliding_keys(2048) "
+                              "for i = 1, #k do k[i] = string.format('%.17g', k[i]) end "
+                              "return table.concat(k, ' ')").decode().split()
+    source = "local x\n" + "".join(f"x = {k}\n" for k in keys) + "return x\n"
+    with Sandbox() as sb:
+        out = sb.run(source, "@numbers.lua")
+        assert out.status == "error" and out.error.kind == "syntax"
+        assert "share one hash bucket" in out.error.message
+        assert out.error.line > MAX_NUMBERS_PER_BUCKET  # where the bucket overflowed
+        # The same count of ordinary literals, and one literal many times, load.
+        plain = "local x\n" + "".join(f"x = {i + 0.5}\n" for i in range(2048)) + "return x\n"
+        assert sb.run(plain).value == 2047.5
+        assert sb.run("local x " + "x = 1.5 " * 5000 + "return x").value == 1.5
+
+
+def test_more_gotos_than_the_limit_are_refused_before_the_parser():
+    from moonbox.sandbox._parser_limits import MAX_GOTOS
+
+    def gotos(n: int) -> str:
+        return "local i = 0\n::top::\ni = i + 1\nif i > 3 then return i end\n" + \
+            "if i > 0 then goto top end\n" * n
+
+    with Sandbox() as sb:
+        assert sb.run(gotos(1000)).value == 4  # many gotos still load
+        out = sb.run(gotos(MAX_GOTOS + 1), "@gotos.lua")
+        assert out.error.kind == "syntax" and f"more than {MAX_GOTOS} gotos" in out.error.message
+
+
+@pytest.mark.parametrize("source", ['x = "' + "a" * 100_000, "x = [" + "=" * 100_000])
+def test_a_syntax_error_quoting_a_long_token_is_bounded(source):
+    from moonbox.sandbox._runtime import MAX_MESSAGE_BYTES
+
+    with Sandbox() as sb:
+        out = sb.run(source, "@long.lua")
+    assert out.error.kind == "syntax" and len(out.error.message) <= MAX_MESSAGE_BYTES + 3
