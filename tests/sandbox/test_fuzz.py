@@ -20,7 +20,7 @@ from hypothesis import seed as hypothesis_seed
 from lupa import luajit21
 
 from moonbox import Budget, BudgetExceeded, Outcome, ScriptError
-from moonbox._errors import HostError
+from moonbox._errors import MAX_SOURCE_BYTES, HostError, SourceTooLarge
 from moonbox.cli import cli
 from moonbox.fuzz import Checker, budget_for, check_outcome, check_plain, check_wall
 from moonbox.fuzz._programs import CORRUPTIONS, FuzzCase, corrupt, fuzz_cases, lua_string
@@ -216,7 +216,9 @@ def test_generated_programs_are_valid_lua_and_compile_in_the_sandbox(checker, ji
                 refused = None
             except ScriptError as exc:
                 refused = exc
-            if parses:
+            if len(case.source.encode("utf-8", "surrogateescape")) > MAX_SOURCE_BYTES:
+                assert isinstance(refused, SourceTooLarge), case.source[:200]
+            elif parses:
                 assert refused is None or "once instrumented" in str(refused), (refused, case)
             else:
                 assert refused is not None and refused.kind == "syntax", case
