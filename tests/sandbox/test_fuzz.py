@@ -167,6 +167,24 @@ def test_the_walk_finds_the_unwrapped_versions_of_wrapped_functions(checker):
     assert details == ["reachable from the mod: _G.raw_pcall is the unwrapped pcall"]
 
 
+def test_the_walk_names_a_deep_finding_by_a_bounded_path(checker):
+    # Found by the fuzzer (seed 1001, example 8089): a chain of tables, each the __index of
+    # the next one's metatable, a hundred thousand deep, held the walk 20 s while it built
+    # ever longer paths. Paths now stop growing past ~200 characters.
+    sb = checker._sandbox(budget_for("steps"))
+    try:
+        sb._rt.execute(
+            b"local env, leak = ... local t = {leak = leak} for i = 1, 20000 do "
+            b"t = setmetatable({}, {__index = t}) end env.chain = t",
+            sb._env, sb._rt.globals()[b"load"])
+        details = [v.detail for v in checker.reachable(sb)]
+    finally:
+        sb.close()
+    assert len(details) == 1 and details[0].startswith(
+        "reachable from the mod: _G.chain<metatable>.__index<metatable>")
+    assert details[0].endswith("... is load") and len(details[0]) < 300
+
+
 def test_a_changed_sibling_is_a_violation():
     c = Checker(jit=True)
     try:
