@@ -29,3 +29,10 @@ local function colliding_keys(count)
   end
   return keys
 end
+
+-- As many number keys that do not collide (the twin a colliding table is measured against).
+local function plain_keys(count)
+  local keys = {}
+  for i = 1, count do keys[i] = i + 0.5 end
+  return keys
+end

@@ -20,10 +20,14 @@ from moonbox import Budget, Outcome, ScriptError, SourceTooLarge
 from moonbox._errors import MAX_SOURCE_BYTES
 from moonbox.fuzz import Checker
 from moonbox.fuzz._invariants import (
+    COLLIDING_CALL,
     HOST_TIME_S,
+    PLAIN_CALL,
+    TWIN_FACTOR,
     check_error_value,
     check_flood,
     check_host_time,
+    check_host_time_against_twin,
     check_late_end,
     check_outcome,
     check_resume_reports,
@@ -42,6 +46,7 @@ from moonbox.fuzz._programs import (
     error_value_case,
     fuzz_cases,
     long_operation_case,
+    plain_twin,
     report_flood_case,
     source_size_case,
 )
@@ -120,14 +125,26 @@ def test_colliding_keys_cases_hand_the_table_over_in_every_way():
                     "end return n end")
     for c in made:
         keys = int(c.source.split("colliding_keys(")[-1].split(")")[0])
-        assert 6_000 <= keys <= 9_000
+        assert 5_000 <= keys <= 6_500
         tail = c.source.split("for i = 1, #keys do t[keys[i]] = i end\n", 1)[1]
         for line in tail.splitlines():  # each a resume's values at most
             assert count(line) * (keys + 1000) <= 100_000 + keys, line
 
 
+def test_the_twin_of_a_colliding_keys_program_has_plain_keys(checker):
+    case = colliding_keys_case(random.Random(3))
+    twin = plain_twin(case.source)
+    assert COLLIDING_CALL in case.source and PLAIN_CALL not in case.source
+    assert PLAIN_CALL in twin and COLLIDING_CALL not in twin and checker.parses(twin)
+    rt = luajit21.LuaRuntime(register_eval=False, register_builtins=False)
+    probe = "\nlocal seen = {} for i = 1, #keys do seen[keys[i]] = true end return #keys\n"
+    head = twin.split("local t = {}")[0]
+    assert rt.execute(head + probe) == int(case.source.split("colliding_keys(")[-1]
+                                           .split(")")[0])
+
+
 def test_error_value_cases_raise_every_value_and_long_tokens():
-    made = cases_of(error_value_case, 300)
+    made = cases_of(error_value_case, 600)
     syntax = [c for c in made if c.corruption]
     assert syntax and all(len(c.source) >= 5000 for c in syntax)
     assert any("metamethod_ran" in c.source for c in made)
@@ -174,6 +191,12 @@ def test_host_time_past_the_bound_is_a_violation():
     assert check_host_time(0.15, quick) is None
     late = check_host_time(0.1 + HOST_TIME_S + 0.5, quick)
     assert late is not None and late.invariant == "host-time"
+
+
+def test_host_time_far_past_the_twins_is_a_violation():
+    assert check_host_time_against_twin(0.2, 0.1) is None
+    slow = check_host_time_against_twin(TWIN_FACTOR * 0.1 + 0.2, 0.1)
+    assert slow is not None and slow.invariant == "host-time"
 
 
 def test_a_plain_end_past_the_budget_and_margins_is_a_late_end():
@@ -264,3 +287,35 @@ def test_an_oversized_source_is_judged_by_its_size(checker):
     assert result.violations == [] and result.status == "error:syntax"
     at = checker.check("--" + "x" * (MAX_SOURCE_BYTES - 2), "steps", "source-size")
     assert at.violations == [] and at.status == "done"
+
+
+class _QuadraticCopies(Checker):
+    """A checker whose sandboxes copy tables out as the host once did: re-finding each key
+    with ``next(t, k)``, along its whole chain when the keys collide."""
+
+    def _sandbox(self, budget):
+        sb = super()._sandbox(budget)
+        walk = sb._rt.eval(
+            "function(t) local out, n = {}, 0 local k, v = next(t) while k ~= nil do "
+            "out[n + 1], out[n + 2] = k, v n = n + 2 k, v = next(t, k) end return out, n end")
+
+        def pairs(table):
+            out, n = walk(table)
+            return [out[i] for i in range(1, n + 1)]
+
+        sb._pairs = pairs
+        return sb
+
+
+def test_a_quadratic_copy_of_colliding_keys_is_caught_against_its_twin():
+    # The invariant is honest: planted into the copy-out path, the quadratic walk the attack
+    # review found breaks it, on a program the generator makes.
+    source = (colliding_keys_lua() + "local keys = colliding_keys(6400)\nlocal t = {}\n"
+              "for i = 1, #keys do t[keys[i]] = i end\n" + COLLIDING_USES["returned"](13))
+    assert source == plain_twin(source).replace("plain_keys(6400)", "colliding_keys(6400)")
+    quadratic = _QuadraticCopies(jit=True)
+    try:
+        found = quadratic.check(source, "time", "colliding-keys").violations
+    finally:
+        quadratic.close()
+    assert "host-time" in names(found), found
