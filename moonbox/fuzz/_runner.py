@@ -226,6 +226,7 @@ class FuzzReport:
     examples: int = 0
     failures: list[Failure] = field(default_factory=list)
     statuses: Counter[str] = field(default_factory=Counter)
+    kinds: Counter[str] = field(default_factory=Counter)
     elapsed_s: float = 0.0
     program_s: float = 0.0
     workers: int = 0
@@ -245,6 +246,7 @@ class FuzzReport:
             "examples": self.examples,
             "failures": [f.to_dict() for f in self.failures],
             "statuses": dict(sorted(self.statuses.items())),
+            "kinds": dict(sorted(self.kinds.items())),
             "elapsed_s": round(self.elapsed_s, 3),
             "program_s": round(self.program_s, 3),
             "workers": self.workers,
@@ -287,6 +289,7 @@ def fuzz(
     def one(case: FuzzCase) -> None:
         index = report.examples
         report.examples += 1
+        report.kinds[case.kind] += 1
         violations: list[Violation] = []
         w = worker()
         try:

@@ -304,6 +304,7 @@ def test_the_command_exits_0_and_reports_json_when_nothing_breaks(tmp_path):
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["ok"] is True and report["examples"] == 8 and report["failures"] == []
+    assert sum(report["kinds"].values()) == 8 and "composed" in report["kinds"]
 
 
 def test_the_command_writes_a_reproducer_for_each_failing_program(tmp_path):
