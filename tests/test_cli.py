@@ -177,6 +177,30 @@ def test_bench_quick_json_reports_every_figure():
         assert m["samples"] == report["rounds"] and 0 <= m["contended_samples"] <= m["samples"]
 
 
+def test_bench_suite_json_reports_programs_ratios_and_targets():
+    # Timings are not asserted: only the shape of the report, for two programs, one round.
+    result = CliRunner().invoke(cli, ["bench", "--suite", "--rounds", "1", "--program", "fib",
+                                      "--program", "sieve", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert [p["name"] for p in report["programs"]] == ["fib", "sieve"]
+    for p in report["programs"]:
+        assert p["raw_ms"] > 0 and p["metered_ratio"] > 0
+        assert len(p["raw_samples_ms"]) == len(p["metered_samples_ms"]) == 1
+        low, high = p["metered_ratio_range"]
+        assert low <= high
+    assert report["metered_worst"]["name"] in ("fib", "sieve")
+    assert [t["limit"] for t in report["targets"]] == [1.1, 1.5]
+    assert report["budget"]["max_memory"] > 0
+
+
+def test_bench_suite_options_need_suite_and_a_known_program():
+    result = CliRunner().invoke(cli, ["bench", "--rounds", "2"])
+    assert result.exit_code == 2 and "--suite" in result.output
+    result = CliRunner().invoke(cli, ["bench", "--suite", "--rounds", "1", "--program", "nope"])
+    assert result.exit_code == 1 and "nope" in result.output
+
+
 def test_scripts_get_the_world_and_see_earlier_files_commands(lua, tmp_path):
     first = lua("first.lua", """
         coreai_world_spawn{prefab = "cube", name = "a", x = 1}

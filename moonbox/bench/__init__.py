@@ -14,16 +14,20 @@ meaningless and fails. The fixed costs (creating a runtime, one Lua→host call,
 from Python) are measured the same way, per mode, and so is what process isolation costs
 per call round trip.
 
+``moonbox bench --suite`` times the benchmark programs of ``suite/`` instead (see
+``_suite``): each sample in a fresh runtime, raw LuaJIT and the sandbox interleaved.
+
 The parts, each importing only those listed before it:
 
 - ``_baseline``: the raw LuaJIT runtime the ratios divide by, and the interleaving;
 - ``_workloads``: the workloads and their runners, per mode;
 - ``_isolation``: the handlers, sandboxes and raw floor of process isolation's cost;
 - ``_measure``: the samplers, the measurement as a whole and its targets;
+- ``_suite``: the benchmark programs, their runners in fresh runtimes, their measurement;
 - ``_report``: the tables (or JSON) ``moonbox bench`` prints.
 
-The pytest-benchmark suite in ``benchmarks/`` reuses the workloads, runners and isolation
-handlers re-exported here.
+The pytest-benchmark suite in ``benchmarks/`` reuses the workloads, programs, runners and
+isolation handlers re-exported here.
 """
 
 from __future__ import annotations
@@ -41,7 +45,20 @@ from ._isolation import (
     raw_in_process,
 )
 from ._measure import WARMUP_RUNS
-from ._report import run_bench
+from ._report import run_bench, run_suite_bench
+from ._suite import (
+    PROGRAMS,
+    QUICK_SUITE_ROUNDS,
+    SUITE_ROUNDS,
+    TARGET_SUITE_GEOMEAN,
+    TARGET_SUITE_PROGRAM,
+    Program,
+    SuiteTiming,
+    fresh_runner,
+    measure_suite,
+    program_source,
+    suite_report,
+)
 from ._workloads import (
     BENCH_BUDGET,
     MODES,
@@ -66,22 +83,34 @@ __all__ = [
     "IsolationBench",
     "MODES",
     "Mode",
+    "PROGRAMS",
+    "Program",
     "QUICK_SCALE",
+    "QUICK_SUITE_ROUNDS",
     "ROUND_TRIPS",
     "RawPipeFloor",
     "Runner",
+    "SUITE_ROUNDS",
+    "SuiteTiming",
     "TARGET_ROUND_TRIP_US",
+    "TARGET_SUITE_GEOMEAN",
+    "TARGET_SUITE_PROGRAM",
     "WARMUP_RUNS",
     "WORKLOADS",
     "Workload",
     "bench_functions",
+    "fresh_runner",
     "isolation_costs",
     "make_bare_runner",
     "make_idle_runner",
     "make_runner",
+    "measure_suite",
     "new_runtime",
+    "program_source",
     "raw_in_process",
     "raw_luajit",
     "run_bench",
+    "run_suite_bench",
+    "suite_report",
     "workload_source",
 ]

@@ -9,10 +9,11 @@ from rich.console import Console
 from rich.table import Table
 
 from .._errors import MoonboxError
-from ._measure import COSTS, TARGET_WORKLOAD, TRIP_LOOPS, TRIP_WALL_S, measure
-from ._workloads import MODES
+from ._measure import COSTS, TARGET_WORKLOAD, TRIP_LOOPS, TRIP_WALL_S, _environment, measure
+from ._suite import TARGET_SUITE_PROGRAM, run_suite
+from ._workloads import MODES, Mode
 
-__all__ = ["run_bench"]
+__all__ = ["run_bench", "run_suite_bench"]
 
 MODE_HEADERS = ("raw", "metered", "no-jit")
 
@@ -112,4 +113,75 @@ def run_bench(console: Console, *, quick: bool, as_json: bool) -> int:
         console.out(json.dumps(report, ensure_ascii=False), highlight=False)
     else:
         _render(report, console)
+    return 0
+
+
+def _render_suite(report: dict[str, Any], console: Console) -> None:
+    env = report["environment"]
+    modes = report["modes"]
+    console.print(
+        f"[bold]moonbox bench --suite[/]: {len(report['programs'])} programs, median of "
+        f"{report['rounds']} interleaved rounds, each sample in a fresh runtime; "
+        f"{env['luajit']}, lupa {env['lupa']}, Python {env['python']}, {env['cpus']} CPUs, "
+        f"{report['elapsed_s']:.0f} s"
+    )
+    table = Table(title="Programs: ms per run, and moonbox's ratio to raw LuaJIT (JIT on)")
+    headers = ["program", "raw ms", "moonbox ms", "ratio", "range"]
+    if "nojit" in modes:
+        headers += ["no-jit ms", "no-jit ratio"]
+    headers.append(f"≤{TARGET_SUITE_PROGRAM:g}x")
+    for header in headers:
+        table.add_column(header, justify="left" if header == "program" else "right",
+                         no_wrap=True)
+    for p in report["programs"]:
+        low, high = p["metered_ratio_range"]
+        row = [p["name"], f"{p['raw_ms']:.1f}", f"{p['metered_ms']:.1f}",
+               f"{p['metered_ratio']:.2f}x", f"{low:.2f}-{high:.2f}"]
+        if "nojit" in modes:
+            row += [f"{p['nojit_ms']:.1f}", f"{p['nojit_ratio']:.2f}x"]
+        row.append(_verdict(p["metered_ratio"] <= TARGET_SUITE_PROGRAM))
+        table.add_row(*row)
+    table.add_section()
+    geo = ["geomean", "", "", f"{report['metered_geomean']:.2f}x", ""]
+    if "nojit" in modes:
+        geo += ["", f"{report['nojit_geomean']:.2f}x"]
+    table.add_row(*geo, "")
+    table.caption = ("ratio: moonbox's median over raw's; range: the rounds' own ratios (each "
+                     "round's two samples taken one after the other). moonbox: Sandbox with the "
+                     "heap cap and the step, allocation and wall budgets in force")
+    console.print(table)
+    targets = Table(title="Targets")
+    for header in ("target", "measured", "limit", ""):
+        targets.add_column(header, justify="left" if header == "target" else "right")
+    for t in report["targets"]:
+        targets.add_row(t["name"], f"{t['value']:.2f} x", f"≤ {t['limit']:g} x",
+                        _verdict(t["met"]))
+    console.print(targets)
+    above = report["metered_above_target"]
+    if above:
+        console.print(f"Above {TARGET_SUITE_PROGRAM:g}x: {', '.join(above)}")
+    console.print("[dim]Shared machines are noisy: a MISS is reported, never an error.[/]")
+
+
+def run_suite_bench(console: Console, *, rounds: int, nojit: bool,
+                    names: tuple[str, ...] | None, as_json: bool) -> int:
+    """Measure the benchmark suite, then print a table (or one JSON object). Returns the
+    exit status: 0 whatever the targets say, 1 if the benchmark itself failed (a program
+    failed, or returned another checksum than raw LuaJIT's)."""
+    modes: tuple[Mode, ...] = ("raw", "metered", "nojit") if nojit else ("raw", "metered")
+    try:
+        if as_json:
+            report = run_suite(rounds, modes, names)
+        else:
+            with console.status("measuring the suite: raw LuaJIT and moonbox, "
+                                "interleaved...") as status:
+                report = run_suite(rounds, modes, names, progress=status.update)
+    except MoonboxError as exc:
+        Console(stderr=True, highlight=False).print(f"[bold red]bench failed:[/] {exc}")
+        return 1
+    report["environment"] = _environment()
+    if as_json:
+        console.out(json.dumps(report, ensure_ascii=False), highlight=False)
+    else:
+        _render_suite(report, console)
     return 0
