@@ -83,7 +83,8 @@ class TickReport:
         results: the world commands applied or refused at the tick boundary.
         events: events the mods emitted this tick (delivered to mods on the next).
         quarantined: mods quarantined during the tick.
-        reports: ``(mod, line)`` for each ``report()``/``print()`` line.
+        reports: ``(mod, line)`` for each ``report()``/``print()`` line, those reported
+            since the previous tick first (a main chunk's, as its mod loaded).
         restored: mods built again in a fresh worker during the tick, after their worker
             was lost (isolated games only).
         reports_dropped: mod id -> lines dropped past the report caps of one call (at
@@ -323,7 +324,8 @@ class Game:
 
         The main chunk runs once, under the budget, and registers handlers and timers. If
         it fails (or trips, or waits), the mod stays loaded but quarantined (``load``) and
-        the failure is in ``mod.quarantine``; the game goes on.
+        the failure is in ``mod.quarantine``; the game goes on. What it reports goes in
+        the next tick's report.
 
         Args:
             mod_id: lower-case id (``waves``, ``arena-enemies``): a-z, 0-9, ``_``, ``-``.
@@ -538,7 +540,12 @@ class Game:
         self._check_open()
         self._tick += 1
         t = self._tick
+        between = self._report
         report = self._report = TickReport(t)
+        # What mods reported between ticks (a main chunk as its mod loads) is in this
+        # tick's report: between ticks there is no report of a tick to hold it.
+        report.reports.extend(between.reports)
+        report.reports_dropped.update(between.reports_dropped)
         self._deliver()
         for mod in list(self._mods.values()):
             if mod.quarantine is None:
@@ -552,6 +559,7 @@ class Game:
         if self.pool is not None and time.monotonic() - self._stats_read >= \
                 WORKER_STATS_INTERVAL_S:
             self.worker_stats()
+        self._report = TickReport(t)  # collects what happens until the next tick
         return report
 
     def run(self, ticks: int) -> list[TickReport]:

@@ -94,7 +94,7 @@ if raw.after then
 
   -- spawn(fn): run fn as a task from the next tick; it may wait().
   function env.spawn(fn)
-    local id = call_raw("after", 1, fn)
+    local id = call_raw("after", 1, fn, true)
     callbacks[id] = fn
     once[id] = true
     return id
