@@ -16,8 +16,7 @@ from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 
-from ..bindings import Binding, Permissions, Registry
-from ..bindings._stubs import render_stubs
+from ..bindings import Binding, Permissions, Registry, render_stubs
 
 __all__ = ["API_STUBS_NAME", "LUARC", "LUARC_NAME", "RAW_ENGINE_BINDINGS", "mod_stubs",
            "write_editor_files"]

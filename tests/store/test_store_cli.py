@@ -131,6 +131,17 @@ def test_show_keeps_the_revision_numbers_at_80_columns(crowded):
                       "'state_set' (a nil value)")
 
 
+@pytest.mark.parametrize("args", [
+    ["list"], ["show", "k"], ["diff", "k", "1"], ["rollback", "k", "1"], ["reset", "k"],
+    ["reset-all"], ["export", "-"],
+])
+def test_only_import_creates_a_store(tmp_path, args):
+    path = tmp_path / "none.db"
+    code, _, err = run(*args, "--store", str(path))
+    assert code == 1 and "no versions store" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_show_history_and_revision(db):
     code, out, _ = run("show", "waves:main", "--store", str(db))
     assert code == 0 and "original 1 (O), current 3 (C)" in out and "failed" in out
