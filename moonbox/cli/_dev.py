@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import time
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -271,12 +272,22 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
                 errors.print(f"while the game ran, these mods failed or tripped (see above): "
                              f"{escape(', '.join(troubled))}")
             sys.exit(EXIT_FAILED if failed else EXIT_OK)
-        # The live view wraps its own lines: a console that wraps.
+        # The live view wraps its own lines: a console that wraps. It reads the game as it
+        # renders, so it is drawn here, on the game's thread, at most 8 times a second.
         view = Console(highlight=False)
-        with Live(render(session), console=view, refresh_per_second=8,
+        with Live(render(session), console=view, auto_refresh=False,
                   transient=False) as live:
+            drawn = 0.0
+
+            def redraw(_: object) -> None:
+                nonlocal drawn
+                now = time.monotonic()
+                if now - drawn >= 0.125:
+                    drawn = now
+                    live.update(render(session), refresh=True)
+
             try:
-                session.run(None, on_tick=fed(lambda _: live.update(render(session))))
+                session.run(None, on_tick=fed(redraw))
             except KeyboardInterrupt:
                 pass
     finally:

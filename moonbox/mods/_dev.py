@@ -106,7 +106,8 @@ class DevSession:
     reloads, failed and tripped calls of handlers, timers and tasks, quarantines and the
     versions store's problems, each with its mod, tick and time. When a new version of a
     mod goes live (or its folder is removed), the mod's entries are cleared and one entry
-    says so. The session takes the host's ``on_result`` and ``on_error``.
+    says so. The session takes the host's ``on_result`` and ``on_error`` (and calls the
+    ones set before, first).
 
     Args:
         host: the mods and their game.
@@ -139,6 +140,8 @@ class DevSession:
         self.on_problem: Callable[[DevProblem], None] | None = None
         self.last_tick_s = 0.0
         self._next_tick = 0.0
+        # The host's callbacks become the session's, which call what was there before.
+        self._host_result, self._host_errored = host.on_result, host.on_error
         host.on_result = self._result
         host.on_error = self._host_error
 
@@ -208,6 +211,8 @@ class DevSession:
             self.on_problem(entry)
 
     def _host_error(self, mod: str | None, text: str) -> None:
+        if self._host_errored is not None:
+            self._host_errored(mod, text)
         if mod is None:
             self._log("host", None, text)
             return
@@ -222,6 +227,8 @@ class DevSession:
                                            else "; the mod is not loaded"), source)
 
     def _result(self, result: ReloadResult) -> None:
+        if self._host_result is not None:
+            self._host_result(result)
         self.results.append(result)
         del self.results[:-100]
         if result.ok and not result.unchanged:
@@ -346,6 +353,10 @@ SHOWN_PROBLEMS = 8
 
 class DevView:
     """The live view of a :class:`DevSession`, laid out for the width it is given.
+
+    It reads the session, the host and the game as it renders: render it on the thread
+    that ticks the game (``Live(..., auto_refresh=False)`` and ``refresh()`` after a tick),
+    never from another.
 
     A table of the mods: version, status, reloads and stats (calls, steps, errors,
     trips, refused commands); in an isolated game each mod's worker too, and a panel of
