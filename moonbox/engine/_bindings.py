@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from ..bindings import Binding, LuaFunction
 from ..sandbox import FunctionHandle, HostCall
@@ -45,6 +45,10 @@ class TimerArgs(_Args):
     ticks: Ticks
     fn: LuaFunction
     point: Name | None = None
+
+
+class AfterArgs(TimerArgs):
+    spawn: StrictBool = False  # the engine library's spawn(fn): failures name it so
 
 
 class CancelArgs(_Args):
@@ -149,10 +153,10 @@ def engine_bindings(services: EngineServices) -> tuple[Binding, ...]:
         return services.add_callback(mod(call), "on", args.event, 0, _where(args.fn),
                                      args.point)
 
-    def after(call: HostCall, args: TimerArgs) -> int:
+    def after(call: HostCall, args: AfterArgs) -> int:
         """Call fn(tick) once, ticks from now; returns an id for cancel."""
-        return services.add_callback(mod(call), "after", None, args.ticks, _where(args.fn),
-                                     args.point)
+        return services.add_callback(mod(call), "spawn" if args.spawn else "after", None,
+                                     args.ticks, _where(args.fn), args.point)
 
     def every(call: HostCall, args: TimerArgs) -> int:
         """Call fn(tick) every ticks ticks; returns an id for cancel."""
@@ -207,7 +211,7 @@ def engine_bindings(services: EngineServices) -> tuple[Binding, ...]:
 
     return (
         make("on", OnArgs, on, risk="read", cost=2),
-        make("after", TimerArgs, after, risk="read", cost=2),
+        make("after", AfterArgs, after, risk="read", cost=2),
         make("every", TimerArgs, every, risk="read", cost=2),
         make("cancel", CancelArgs, cancel, risk="read"),
         make("engine_ready", ReadyArgs, ready, risk="read"),

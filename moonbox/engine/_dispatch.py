@@ -40,7 +40,8 @@ class TickReport:
         results: the world commands applied or refused at the tick boundary.
         events: events the mods emitted this tick (delivered to mods on the next).
         quarantined: mods quarantined during the tick.
-        reports: ``(mod, line)`` for each ``report()``/``print()`` line.
+        reports: ``(mod, line)`` for each ``report()``/``print()`` line, those reported
+            since the previous tick first (a main chunk's, as its mod loaded).
         restored: mods built again in a fresh worker during the tick, after their worker
             was lost (isolated games only).
         reports_dropped: mod id -> lines dropped past the report caps of one call (at
@@ -94,7 +95,12 @@ class Dispatch:
         self._check_open()
         self._tick += 1
         t = self._tick
+        between = self._report
         report = self._report = TickReport(t)
+        # What mods reported between ticks (a main chunk as its mod loads) is in this
+        # tick's report: between ticks there is no report of a tick to hold it.
+        report.reports.extend(between.reports)
+        report.reports_dropped.update(between.reports_dropped)
         self._ticking = True
         try:
             self._deliver()
@@ -112,6 +118,7 @@ class Dispatch:
         if self.pool is not None and time.monotonic() - self._stats_read >= \
                 WORKER_STATS_INTERVAL_S:
             self.worker_stats()
+        self._report = TickReport(t)  # collects what happens until the next tick
         return report
 
     def run(self, ticks: int) -> list[TickReport]:

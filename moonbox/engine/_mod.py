@@ -13,23 +13,24 @@ from ..sandbox import Budget, FunctionHandle, Run, Sandbox
 
 __all__ = ["Callback", "Event", "Failure", "Mod", "ModStats", "Quarantine", "Task"]
 
-CallbackKind = Literal["on", "after", "every"]
+CallbackKind = Literal["on", "after", "every", "spawn"]
 
 
 @dataclass(slots=True)
 class Callback:
-    """A handler (``on``) or timer (``after``, ``every``) a mod registered.
+    """A handler (``on``), timer (``after``, ``every``) or task (``spawn``) a mod
+    registered.
 
     Attributes:
         id: the id the mod got back (per mod).
-        kind: ``on``, ``after`` or ``every``.
+        kind: ``on``, ``after``, ``every`` or ``spawn`` (a one-shot timer of 1 tick).
         event: the event of a handler.
         interval: ticks between calls of a timer.
         due: the tick a timer fires next.
         where: ``chunk:line`` where the function was defined.
         point: the resume point its function was declared as (``resume_point``), which a
             restore registers it with again; ``None`` for any other function.
-        label: how failures name it: ``on('tick')``, ``every(5)``, ``after(3)``.
+        label: how failures name it: ``on('tick')``, ``every(5)``, ``after(3)``, ``spawn``.
     """
 
     id: int
@@ -42,9 +43,11 @@ class Callback:
     label: str = field(init=False)
 
     def __post_init__(self) -> None:
-        # How failures name it: on('tick'), every(5), after(3).
+        # How failures name it: on('tick'), every(5), after(3), spawn.
         if self.kind == "on":
             self.label = f"on({self.event!r})"
+        elif self.kind == "spawn":
+            self.label = "spawn"
         else:
             self.label = f"{self.kind}({self.interval})"
 

@@ -228,7 +228,7 @@ if raw.after then
 
   -- spawn(fn): run fn as a task from the next tick; it may wait().
   function env.spawn(fn)
-    local id = call_raw("after", 1, fn, point_of[fn])
+    local id = call_raw("after", 1, fn, point_of[fn], true)
     callbacks[id] = fn
     once[id] = true
     return id

@@ -278,7 +278,7 @@ def test_a_wait_without_a_resume_point_is_reported_never_dropped(make_game):
     kinds = sorted(lost.kind for lost in snapshot.unresumable)
     assert kinds == ["callback", "task"]
     task = next(lost for lost in snapshot.unresumable if lost.kind == "task")
-    assert task.mod == "w" and task.label == "after(1)" and task.where == "mods/w/main.lua:7"
+    assert task.mod == "w" and task.label == "spawn" and task.where == "mods/w/main.lua:7"
     assert "resume point" in task.reason
     copy = make_game()
     report = copy.restore(snapshot)
