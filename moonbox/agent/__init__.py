@@ -31,6 +31,7 @@ from ._eval import (
     run_repair_eval,
 )
 from ._extract import Extraction, extract_lua
+from ._game import GameRun, LiveMod, world_summary
 from ._http import ChatClient
 from ._loop import (
     DEFAULT_BUDGET,
@@ -38,8 +39,10 @@ from ._loop import (
     DryRun,
     Event,
     EventName,
+    GoLive,
     Programmer,
     ProgrammerResult,
+    Published,
     RateLimit,
     Script,
     Task,
@@ -72,12 +75,16 @@ __all__ = [
     "Extraction",
     "Failure",
     "FailureKind",
+    "GameRun",
+    "GoLive",
     "GenerationLimited",
     "LLMClient",
+    "LiveMod",
     "Message",
     "Programmer",
     "ProgrammerResult",
     "PromptBuilder",
+    "Published",
     "RETRYABLE_CODES",
     "RateLimit",
     "Reply",
@@ -103,4 +110,5 @@ __all__ = [
     "replies_path",
     "run_repair_eval",
     "split_reasoning",
+    "world_summary",
 ]

@@ -1,0 +1,148 @@
+"""The Programmer in a running game: attempts in a fork, only a verified success goes live."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from moonbox.agent import LiveMod, ScriptedClient
+from moonbox.mods import ModHost
+from moonbox.mods._dev import arena_game
+from moonbox.store import Store
+
+V1 = """
+local n = state_get("n") or 0
+every(1, function() n = n + 1; state_set("n", n) end)
+"""
+
+SPAWNS = """
+coreai_world_spawn{prefab = "enemy", name = "e1", x = 3, y = 4}
+every(1, function() state_set("n", (state_get("n") or 0) + 100) end)
+function on_reload(old) state_set("from", old.n) end
+"""
+
+UNKNOWN_PREFAB = """
+state_set("n", -1)
+coreai_world_spawn{prefab = "dragon", name = "d1"}
+"""
+
+RUNTIME = """
+state_set("n", -2)
+coreai_world_spawn{prefab = "enemy", name = "e9"}
+local t = nil
+every(1, function() return t.x end)
+"""
+
+
+def lua(code: str) -> str:
+    return f"```lua\n{code}\n```"
+
+
+def write_mod(root: Path, mod_id: str, main: str) -> None:
+    folder = root / mod_id
+    folder.mkdir(parents=True)
+    (folder / "mod.toml").write_text(f'id = "{mod_id}"\nversion = "1.0.0"\n'
+                                     '[permissions]\nmode = "auto"\n')
+    (folder / "main.lua").write_text(main)
+
+
+@pytest.fixture
+def live(tmp_path):
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    write_mod(mods, "waves", V1)
+    store = Store(tmp_path / "versions.db")
+    game = arena_game()
+    host = ModHost(game, mods, store=store)
+    assert all(r.ok for r in host.load_all())
+    for _ in range(3):
+        game.tick()
+    yield host
+    host.close()
+    game.close()
+    store.close()
+
+
+def _fingerprint(host: ModHost) -> tuple[str, dict, int]:
+    game = host.game
+    return game.world.content_hash(), dict(game.mod("waves").state), game.tick_count
+
+
+def test_failed_attempts_leave_the_live_world_and_state_unchanged(live):
+    before = _fingerprint(live)
+    target = LiveMod(live, "waves")
+    client = ScriptedClient([lua(UNKNOWN_PREFAB), lua(RUNTIME)])
+    result = target.programmer(client, max_repairs=1).run(target.task("spawn an enemy"))
+    assert result.status == "exhausted"
+    assert [a.failure.kind for a in result.attempts] == ["refused", "runtime"]
+    assert _fingerprint(live) == before
+    assert live.game.world.get("d1") is None and live.game.world.get("e9") is None
+    # the old version runs on, and the store says the attempts failed
+    assert result.source == V1
+    history = live.store.scripts.history("mods/waves/main.lua")
+    assert [r.outcome for r in history][:2] == ["failed", "failed"]
+    assert live.store.scripts.current("mods/waves/main.lua").content == V1
+    live.game.tick()
+    assert live.game.mod("waves").state["n"] == before[1]["n"] + 1
+
+
+def test_a_refused_command_fails_the_attempt_and_reaches_the_next_prompt(live):
+    target = LiveMod(live, "waves")
+    client = ScriptedClient([lua(UNKNOWN_PREFAB), lua(SPAWNS)])
+    result = target.programmer(client).run(target.task("spawn an enemy"))
+    assert result.solved
+    first = result.attempts[0].failure
+    assert first.kind == "refused" and first.refused[0].reason == "unknown_prefab"
+    repair = client.requests[1][-1].content
+    assert "unknown_prefab" in repair and "World commands refused" in repair
+    assert "## World state" in repair and "Prefabs that may be spawned" in repair
+
+
+def test_a_success_goes_live_through_the_reload_path_and_is_recorded(live):
+    n_before = live.game.mod("waves").state["n"]
+    target = LiveMod(live, "waves")
+    client = ScriptedClient([lua(RUNTIME), lua(SPAWNS)], model="m1")
+    result = target.programmer(client).run(target.task("spawn an enemy"))
+    assert result.solved and result.revision is not None
+    current = live.store.scripts.current("mods/waves/main.lua")
+    assert current.content == SPAWNS and current.rev == result.revision
+    assert current.role == "programmer" and current.trace_id == result.trace_id
+    assert current.author == "m1"
+    state = live.game.mod("waves").state
+    assert state["from"] == n_before  # the state carried, on_reload called
+    live.game.tick()  # the spawn the main chunk issued is applied on the live tick
+    assert live.game.world.get("e1") is not None
+    assert live.game.mod("waves").state["n"] == n_before + 100  # old timer cancelled
+    assert live.mods["waves"].reloads == 1
+
+
+def test_the_fork_sees_the_world_and_state_of_the_current_tick(live):
+    seen = {}
+
+    def check(run):
+        seen["n"] = run.state.get("from")
+        seen["e1"] = run.world.get("e1") is not None
+        return True
+
+    n_now = live.game.mod("waves").state["n"]
+    target = LiveMod(live, "waves")
+    result = target.programmer(ScriptedClient([lua(SPAWNS)])).run(
+        target.task("spawn", checks=(check,)))
+    assert result.solved
+    assert seen == {"n": n_now, "e1": True}
+
+
+def test_a_failed_acceptance_check_shows_its_message_and_keeps_the_old_version(live):
+    def two_enemies(run):
+        count = sum(1 for e in run.world.entities() if e.prefab == "enemy")
+        return None if count >= 2 else f"want 2 enemies, found {count}"
+
+    before = _fingerprint(live)
+    target = LiveMod(live, "waves")
+    client = ScriptedClient([lua(SPAWNS)] * 2)
+    result = target.programmer(client, max_repairs=1).run(
+        target.task("spawn two enemies", checks=(two_enemies,)))
+    assert result.status == "exhausted" and result.source == V1
+    assert "want 2 enemies, found 1" in client.requests[1][-1].content
+    assert _fingerprint(live) == before
