@@ -31,7 +31,7 @@ from ._eval import (
     run_repair_eval,
 )
 from ._extract import Extraction, extract_lua
-from ._game import GameRun, LiveMod, world_summary
+from ._game import GameHost, GameRun, LiveMod, world_summary
 from ._http import ChatClient
 from ._loop import (
     DEFAULT_BUDGET,
@@ -75,6 +75,7 @@ __all__ = [
     "Extraction",
     "Failure",
     "FailureKind",
+    "GameHost",
     "GameRun",
     "GoLive",
     "GenerationLimited",

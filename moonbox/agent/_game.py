@@ -14,19 +14,20 @@ the state carried, the record under the mod host's keys ``mods/<id>/<path>``).
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
-from .._errors import MoonboxError, ScriptError
+from .._errors import ConfigError, MoonboxError, ScriptError
 from ..bindings import Permissions
-from ..mods import ModHost
-from ..mods._errors import ModError
+from ..engine import Game
+from ..store import Store
 from ..world import World
 from ._client import LLMClient
 from ._loop import Programmer, Published, Script, Task
 from ._repair import Check
 
-__all__ = ["GameRun", "LiveMod", "world_summary"]
+__all__ = ["GameHost", "GameRun", "LiveMod", "world_summary"]
 
 _SUMMARY_ENTITIES = 20
 
@@ -71,26 +72,43 @@ def world_summary(world: World, *, limit: int = _SUMMARY_ENTITIES) -> str:
     return "\n".join(lines)
 
 
+class GameHost(Protocol):
+    """What :class:`LiveMod` needs of the host of a running game: what
+    :class:`moonbox.mods.ModHost` offers (the agent does not depend on it)."""
+
+    game: Game
+    store: Store | None
+    mods: dict[str, Any]
+
+    def permissions_for(self, package: Any, registry: Any = None) -> Permissions: ...
+
+    def fork(self) -> AbstractContextManager[Game]: ...
+
+    def try_version(self, game: Game, package: Any) -> tuple[Any, str | None]: ...
+
+    def apply(self, package: Any, *, author: str | None = None, role: str = "modder",
+              trace_id: str | None = None) -> Any: ...
+
+
 class LiveMod:
     """One file of a mod the host runs, as the target of the Programmer.
 
     Args:
-        host: the mod host of the running game.
+        host: the mod host of the running game (a :class:`moonbox.mods.ModHost`).
         mod_id: a mod the host has loaded.
         path: the file the Programmer writes (default: the manifest's entry).
         ticks: how many ticks the fork runs after the swap (at least one: the tick that
             applies the commands the main chunk issued).
 
     Raises:
-        ModError: ``unknown_mod``: the host has no version of ``mod_id``.
+        ConfigError: the host has no version of ``mod_id``.
     """
 
-    def __init__(self, host: ModHost, mod_id: str, path: str | None = None, *,
+    def __init__(self, host: GameHost, mod_id: str, path: str | None = None, *,
                  ticks: int = 1) -> None:
         state = host.mods.get(mod_id)
         if state is None or state.package is None:
-            raise ModError(f"no version of mod {mod_id!r} is loaded", code="unknown_mod",
-                           mod=mod_id)
+            raise ConfigError(f"no version of mod {mod_id!r} is loaded")
         self.host = host
         self.mod_id = mod_id
         self.path = path or state.package.manifest.entry
