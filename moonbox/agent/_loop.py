@@ -162,8 +162,14 @@ class Attempt:
         return self.failure is None
 
     def to_dict(self) -> dict[str, Any]:
+        failure = self.failure
         return {
-            "attempt": self.number, "ok": self.ok, "code": self.code, "reply": self.reply,
+            "attempt": self.number, "ok": self.ok,
+            "outcome": "passed" if failure is None else "failed",
+            "kind": failure.kind if failure else None,
+            "where": failure.where if failure and failure.chunk else None,
+            "refused": failure.to_dict()["refused"] if failure else [],
+            "code": self.code, "reply": self.reply,
             "failure": self.failure.to_dict() if self.failure else None,
             "checks": [c.to_dict() for c in self.checks], "reports": list(self.reports),
             "values": _plain(list(self.values)), "stats": self.stats,

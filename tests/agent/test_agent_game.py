@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from chat_server import ChatServer, completion, reply_json
+from click.testing import CliRunner
 
 from moonbox.agent import LiveMod, ScriptedClient
+from moonbox.cli import cli
 from moonbox.mods import ModHost
 from moonbox.mods._dev import arena_game
 from moonbox.store import Store
+from moonbox.world import World
 
 V1 = """
 local n = state_get("n") or 0
@@ -146,3 +151,80 @@ def test_a_failed_acceptance_check_shows_its_message_and_keeps_the_old_version(l
     assert result.status == "exhausted" and result.source == V1
     assert "want 2 enemies, found 1" in client.requests[1][-1].content
     assert _fingerprint(live) == before
+
+
+# -- moonbox agent --mods DIR --mod ID ------------------------------------------------------
+
+def _replay(tmp_path: Path, *codes: str) -> str:
+    path = tmp_path / "replies.jsonl"
+    path.write_text("".join(json.dumps({"content": lua(c)}) + "\n" for c in codes))
+    return str(path)
+
+
+def _mods(tmp_path: Path) -> Path:
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    write_mod(mods, "waves", V1)
+    return mods
+
+
+def test_agent_cli_for_a_mod_with_a_replay(tmp_path):
+    mods = _mods(tmp_path)
+    world_file = tmp_path / "world.bin"
+    result = CliRunner().invoke(cli, [
+        "agent", "spawn an enemy", "--mods", str(mods), "--mod", "waves",
+        "--replay", _replay(tmp_path, UNKNOWN_PREFAB, RUNTIME, SPAWNS), "--json",
+        "--save-world", str(world_file)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["status"] == "solved" and data["key"] == "mods/waves/main.lua"
+    outcomes = [(a["outcome"], a["kind"]) for a in data["attempts"]]
+    assert outcomes == [("failed", "refused"), ("failed", "runtime"), ("passed", None)]
+    assert data["attempts"][0]["refused"][0]["reason"] == "unknown_prefab"
+    assert data["attempts"][1]["where"] == "mods/waves/main.lua:5"
+    with Store(mods / ".moonbox-versions.db") as store:
+        current = store.scripts.current("mods/waves/main.lua")
+        assert current.content == SPAWNS and current.rev == data["revision"]
+    # The live world: the success's spawn is queued for the next tick, and no failed
+    # attempt left a trace.
+    world = World.load(world_file.read_bytes(), arena_game().world.prefabs)
+    assert world.get("d1") is None and world.get("e9") is None
+
+
+def test_agent_cli_for_a_mod_exhausted_keeps_the_old_version(tmp_path):
+    mods = _mods(tmp_path)
+    result = CliRunner().invoke(cli, [
+        "agent", "spawn", "--mods", str(mods), "--mod", "waves", "--repairs", "0",
+        "--replay", _replay(tmp_path, UNKNOWN_PREFAB), "--json"])
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.output)
+    assert data["status"] == "exhausted" and data["source"] == V1
+    with Store(mods / ".moonbox-versions.db") as store:
+        assert store.scripts.current("mods/waves/main.lua").content == V1
+
+
+def test_agent_cli_for_a_mod_needs_both_options_and_a_running_mod(tmp_path):
+    mods = _mods(tmp_path)
+    replay = _replay(tmp_path, SPAWNS)
+    result = CliRunner().invoke(cli, ["agent", "t", "--mods", str(mods), "--replay", replay])
+    assert result.exit_code == 2 and "--mod ID" in result.output
+    result = CliRunner().invoke(cli, ["agent", "t", "--mods", str(mods), "--mod", "nope",
+                                      "--replay", replay])
+    assert result.exit_code == 2
+    result = CliRunner().invoke(cli, ["agent", "t", "--replay", replay, "--save-world", "w"])
+    assert result.exit_code == 2 and "--mods" in result.output
+
+
+def test_agent_cli_for_a_mod_against_a_loopback_server(tmp_path):
+    mods = _mods(tmp_path)
+    with ChatServer() as server:
+        server.push(reply_json(completion(lua(UNKNOWN_PREFAB))))
+        server.push(reply_json(completion(lua(SPAWNS))))
+        result = CliRunner().invoke(cli, ["agent", "spawn an enemy", "--mods", str(mods),
+                                          "--mod", "waves", "--base-url", server.url,
+                                          "--model", "m", "--json"])
+        assert result.exit_code == 0, result.output
+        second = server.requests[1]["body"]["messages"][-1]["content"]
+    assert "[unknown_prefab]" in second
+    data = json.loads(result.output)
+    assert data["status"] == "solved" and data["revision"] >= 2
