@@ -54,14 +54,15 @@ def test_subpackage_names():
         "AgentError", "ApiStyle", "Attempt", "CancelToken", "Cancelled", "ChatClient",
         "Check", "CheckResult", "ClientError", "ClientErrorCode", "CorpusTask",
         "DEFAULT_BUDGET", "Delta", "DryRun", "EVAL_BUDGET", "EvalReport", "Event",
-        "EventName", "Extraction", "Failure", "FailureKind", "GameHost", "GameRun",
-        "GoLive", "GenerationLimited", "LLMClient", "LiveMod", "Message", "Programmer",
-        "ProgrammerResult", "PromptBuilder", "Published", "RETRYABLE_CODES", "RateLimit",
-        "Reply", "RequestQueue", "Role", "RunResult", "ScratchRun", "ScratchRunResult",
-        "Script", "ScriptedClient", "ScriptedReply", "Task", "ThinkSplitter", "Ticket",
-        "TicketState", "collect", "corpus_path", "eval_registry", "extract_lua",
-        "load_corpus", "load_replies", "render_repair", "replies_path", "run_repair_eval",
-        "split_reasoning", "world_summary",
+        "EventName", "Extraction", "Failure", "FailureKind", "GAME_MOD", "GameHost",
+        "GameHostFactory", "GameRun", "GoLive", "GenerationLimited", "LLMClient", "LiveMod",
+        "Message", "Programmer", "ProgrammerResult", "PromptBuilder", "Published",
+        "RETRYABLE_CODES", "RateLimit", "Reply", "RequestQueue", "Role", "RunResult",
+        "ScratchRun", "ScratchRunResult", "Script", "ScriptedClient", "ScriptedReply",
+        "Task", "ThinkSplitter", "Ticket", "TicketState", "collect", "corpus_path",
+        "eval_registry", "extract_lua", "game_corpus_path", "load_corpus", "load_replies",
+        "render_repair", "replies_path", "run_repair_eval", "split_reasoning",
+        "world_summary",
     ]
     for name in moonbox.agent.__all__:
         assert hasattr(moonbox.agent, name)

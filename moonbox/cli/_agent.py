@@ -12,13 +12,18 @@ recorded under ``mods/<id>/<path>``. ``--save-world FILE`` writes the live world
 loop.
 
 ``moonbox eval-repair`` runs the repair corpus and prints, per round, how many tasks were
-solved; ``--csv`` writes the same rows for plotting.
+solved; ``--csv`` writes the same rows for plotting. Beside the pure tasks it runs the
+game tasks (spawn, move, react to events) in the example arena's game, each in a mods
+folder of its own (:func:`eval_game_host`).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +37,7 @@ from rich.table import Table
 from .._errors import MoonboxError
 from ..agent import (
     DEFAULT_BUDGET,
+    GAME_MOD,
     ChatClient,
     Event,
     LLMClient,
@@ -39,6 +45,7 @@ from ..agent import (
     ProgrammerResult,
     ScriptedClient,
     Task,
+    game_corpus_path,
     load_corpus,
     replies_path,
     run_repair_eval,
@@ -46,7 +53,7 @@ from ..agent import (
 from ..bindings import MODES, Permissions, Registry, default_bindings
 from ..sandbox import Budget
 
-__all__ = ["agent", "eval_repair"]
+__all__ = ["agent", "eval_game_host", "eval_repair"]
 
 EXIT_OK, EXIT_UNSOLVED, EXIT_USAGE = 0, 1, 2
 
@@ -274,6 +281,40 @@ def _print_result(result: ProgrammerResult, console: Console) -> None:
         console.print(Syntax(result.source, "lua", line_numbers=True, theme="ansi_dark"))
 
 
+_GAME_TASK_STUB = "-- the mod the Programmer writes\n"
+
+
+@contextmanager
+def eval_game_host(task: Any) -> Iterator[Any]:
+    """The game of a game task of the corpus: the example arena, with a mods folder of
+    its own holding the stub of the mod ``eval`` and the task's other mods, loaded by a
+    :class:`~moonbox.mods.ModHost` (no versions store)."""
+    from ..mods import ModHost
+    from ..mods._dev import arena_game
+
+    spec = task.game or {}
+    with tempfile.TemporaryDirectory(prefix="moonbox-eval-") as tmp:
+        root = Path(tmp)
+        for mod_id, main in {GAME_MOD: spec.get("main", _GAME_TASK_STUB),
+                             **spec.get("mods", {})}.items():
+            folder = root / mod_id
+            folder.mkdir()
+            (folder / "mod.toml").write_text(f'id = "{mod_id}"\nversion = "1.0.0"\n'
+                                             '[permissions]\nmode = "auto"\n')
+            (folder / "main.lua").write_text(main)
+        game = arena_game()
+        host = ModHost(game, root, label="eval")
+        try:
+            bad = [r for r in host.load_all() if not r.ok]
+            if bad:
+                raise click.ClickException(f"task {task.id!r}: its game did not load: "
+                                           f"{bad[0].error}")
+            yield host
+        finally:
+            host.close()
+            game.close()
+
+
 @click.command("eval-repair")
 @_backend_options
 @click.option("--corpus", type=click.Path(path_type=Path, exists=True, dir_okay=False),
@@ -281,18 +322,24 @@ def _print_result(result: ProgrammerResult, console: Console) -> None:
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path, dir_okay=False),
               help="Write the per-round rows here, as CSV.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document of the results.")
+@click.option("--no-game", is_flag=True,
+              help="Only the pure tasks, without the shipped game tasks.")
 def eval_repair(base_url: str | None, model: str | None, api_key_env: str | None,
                 replay: Path | None, repairs: int, corpus: Path | None,
-                csv_path: Path | None, as_json: bool) -> None:
+                csv_path: Path | None, as_json: bool, no_game: bool) -> None:
     """Run the repair corpus through the loop and count what each round solved.
 
     Without --base-url it replays the shipped scripted replies (every failure kind:
     syntax, runtime, each budget, denied bindings, failed checks, no code). Round r counts
-    the tasks solved within r repairs.
+    the tasks solved within r repairs. Beside the pure tasks (in a scratch list) come the
+    game tasks (spawn, move, react to events), each writing a mod of the example arena's
+    game, tried in forks of it.
     """
     console = Console(highlight=False, soft_wrap=True)
     try:
         tasks = load_corpus(corpus)
+        if corpus is None and not no_game:
+            tasks += load_corpus(game_corpus_path())
         client = None
         if base_url is not None:
             client = _client(base_url, model, api_key_env, replay)
@@ -309,7 +356,8 @@ def eval_repair(base_url: str | None, model: str | None, api_key_env: str | None
 
     try:
         report = run_repair_eval(tasks, client=client, replies=replay or replies_path(),
-                                 max_repairs=repairs, on_task=on_task)
+                                 max_repairs=repairs, on_task=on_task,
+                                 game_host=eval_game_host)
     except MoonboxError as exc:
         Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}")
         sys.exit(EXIT_USAGE)

@@ -9,8 +9,18 @@ import pytest
 from chat_server import ChatServer, completion, reply_json
 from click.testing import CliRunner
 
-from moonbox.agent import LiveMod, ScriptedClient
+from moonbox import ConfigError
+from moonbox.agent import (
+    GameRun,
+    LiveMod,
+    ScriptedClient,
+    game_corpus_path,
+    load_corpus,
+    run_repair_eval,
+)
+from moonbox.agent._eval import checks_from_spec
 from moonbox.cli import cli
+from moonbox.cli._agent import eval_game_host
 from moonbox.mods import ModHost
 from moonbox.mods._dev import arena_game
 from moonbox.store import Store
@@ -228,3 +238,39 @@ def test_agent_cli_for_a_mod_against_a_loopback_server(tmp_path):
     assert "[unknown_prefab]" in second
     data = json.loads(result.output)
     assert data["status"] == "solved" and data["revision"] >= 2
+
+
+# -- game tasks of the repair evaluation -------------------------------------------------------
+
+def test_the_game_tasks_spawn_move_and_react_in_forks():
+    tasks = load_corpus(game_corpus_path())
+    assert {t.id for t in tasks} == {"game_spawn_guard", "game_move_runner",
+                                     "game_count_pings"}
+    report = run_repair_eval(tasks, game_host=eval_game_host)
+    outcomes = {t.id: (t.solved_at, t.kinds) for t in report.tasks}
+    assert outcomes == {"game_spawn_guard": (2, ("refused",)),
+                        "game_move_runner": (2, ("runtime",)),
+                        "game_count_pings": (2, ("runtime",))}
+    spawn = next(r for r in report.results if r.key == "mods/eval/main.lua"
+                 and "guard" in r.task)
+    assert spawn.attempts[0].failure.refused[0].reason == "unknown_prefab"
+
+
+def test_a_game_task_needs_a_game_host():
+    with pytest.raises(ConfigError, match="game task"):
+        run_repair_eval(load_corpus(game_corpus_path())[:1])
+
+
+def test_the_game_checks_explain_what_they_found():
+    world = arena_game().world
+    world.submit("spawn", {"prefab": "enemy", "name": "guard", "x": 1, "y": 5}, None)
+    world.apply()
+    run = GameRun("done", world=world, state={"pings": 1})
+    entity, = checks_from_spec({"entity": {"name": "guard", "prefab": "enemy", "x": 5}})
+    assert "expected x = 5" in entity(run)
+    missing, = checks_from_spec({"entity": {"name": "nobody"}})
+    assert "there is none" in missing(run)
+    at_least, = checks_from_spec({"state_at_least": {"pings": 2}})
+    assert at_least(run) == "expected state 'pings' >= 2, it is 1"
+    exact, = checks_from_spec({"state": {"pings": 1}})
+    assert exact(run) is None
