@@ -274,3 +274,24 @@ def test_the_game_checks_explain_what_they_found():
     assert at_least(run) == "expected state 'pings' >= 2, it is 1"
     exact, = checks_from_spec({"state": {"pings": 1}})
     assert exact(run) is None
+
+
+def test_an_isolated_game_forks_in_the_hosts_own_worker(tmp_path):
+    mods = _mods(tmp_path)
+    game = arena_game(isolation="process", workers=1)
+    host = ModHost(game, mods)
+    try:
+        assert all(r.ok for r in host.load_all())
+        game.tick()
+        before = _fingerprint(host)
+        target = LiveMod(host, "waves")
+        result = target.programmer(ScriptedClient([lua(UNKNOWN_PREFAB), lua(SPAWNS)])).run(
+            target.task("spawn an enemy"))
+        assert result.solved, [a.failure for a in result.attempts]
+        assert result.attempts[0].failure.kind == "refused"
+        assert game.mod("waves").state["from"] == before[1]["n"]
+        game.tick()
+        assert game.world.get("e1") is not None and game.world.get("d1") is None
+    finally:
+        host.close()
+        game.close()
