@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -257,9 +258,14 @@ class ModHost:
             return self._refused(mod, str(exc), None, start)
         return self.apply(package, start=start)
 
-    def apply(self, package: ModPackage, *, start: float | None = None) -> ReloadResult:
+    def apply(self, package: ModPackage, *, start: float | None = None,
+              author: str | None = None, role: str = "modder",
+              trace_id: str | None = None) -> ReloadResult:
         """Load ``package``, or swap it in for the live version of its mod, if its dry run
         succeeds. A failure leaves the live version running.
+
+        ``author`` (default: the host's), ``role`` and ``trace_id`` are recorded with the
+        files of a version that goes live (the Programmer records its own this way).
 
         A package whose id is live from another folder (that still exists) is refused with
         a ``duplicate_mod`` error: a folder cannot take over another mod or its state.
@@ -291,7 +297,8 @@ class ModHost:
         error = self._dry_run(package, old_state)
         if error is not None:
             return self._refused(package.id, error, package, start)
-        error, reports = self._swap(package, old_state)
+        error, reports = self._swap(package, old_state,
+                                    (author or self.author, role, trace_id))
         if error is not None:
             return self._refused(package.id, error, package, start)
         return self._emit(ReloadResult(package.id, True, package.version_hash,
@@ -371,6 +378,55 @@ class ModHost:
             scratch.close()
             registry.close()
 
+    @contextmanager
+    def fork(self) -> Iterator[Game]:
+        """A copy of the running game, to try things in: the whole game as of now (world,
+        every mod with its state, timers and tasks, the events in flight) restored from
+        :meth:`Game.snapshot` into a game of its own, with the live game's bindings but
+        not its world or engine (the fork has its own). Nothing done in it reaches the
+        live game. Closed when the ``with`` block ends.
+
+        Raises:
+            MoonboxError: the live game cannot be taken now (``busy`` during a tick) or
+                restored (see :meth:`Game.restore`).
+        """
+        live = self.game
+        registry = Registry(b for b in live.registry
+                            if b.group not in ("engine", "world") and b.name != "query")
+        w = live.world
+        fork = Game(World(w.prefabs, bound=w.bound, max_entities=w.max_entities),
+                    registry=registry, budget=live.budget, limits=live.limits, seed=live.seed,
+                    permissions=live.permissions, jit=live.jit, **self._scratch_isolation())
+        try:
+            fork.restore(live.snapshot(), prepare=self._preparation)
+            yield fork
+        finally:
+            fork.close()
+            registry.close()
+
+    def _preparation(self, mod_id: str) -> Callable[[Any], None] | None:
+        state = self.mods.get(mod_id)
+        return preparer(state.package) if state is not None and state.package else None
+
+    def try_version(self, game: Game, package: ModPackage) -> tuple[Mod, str | None]:
+        """Swap ``package`` into ``game`` (a :meth:`fork`) as a reload swaps it into the
+        live game: the old version unloaded (its timers, handlers and tasks go with it),
+        the new one loaded at its place, the old state carried and ``on_reload`` called.
+        Returns the new mod and the problem, if loading or carrying failed."""
+        old_state = None
+        try:
+            old_state = _plain_copy(game.mod(package.id).state)
+        except MoonboxError:
+            pass
+        mod = self._load(game, package, self.permissions_for(package, game.registry),
+                         replacing=old_state is not None)
+        if mod.quarantine is not None:
+            failure = mod.quarantine.failure
+            return mod, (describe(failure.error, package) if failure
+                         else f"mod {package.id!r}: {mod.quarantine.reason}")
+        problem = self._carry(game, mod, old_state)
+        return mod, (f"mod {package.id!r}: {problem}" if problem else None)
+
     def _dependencies(self, package: ModPackage) -> list[str]:
         """The live dependencies of ``package``, transitively, dependencies first."""
         seen: list[str] = []
@@ -386,6 +442,7 @@ class ModHost:
         return [d for d in seen if d != package.id]
 
     def _swap(self, package: ModPackage, old_state: dict[str, Any] | None,
+              who: tuple[str, str, str | None] | None = None,
               ) -> tuple[str | None, tuple[str, ...]]:
         """Swap ``package`` in; what went wrong (``None``: nothing), and what its
         ``on_reload`` reported."""
@@ -417,7 +474,7 @@ class ModHost:
         state.pending = None
         state.error = None
         state.status = self._status_of(package.id)
-        self._record(package)
+        self._record(package, who)
         return None, reports
 
     def _refused(self, mod_id: str, error: str, package: ModPackage | None,
@@ -515,16 +572,18 @@ class ModHost:
     def _not_recorded(self, what: str, exc: StoreError) -> None:
         self._error(None, f"versions store: {what} was not recorded: {exc}")
 
-    def _record(self, package: ModPackage) -> None:
+    def _record(self, package: ModPackage, who: tuple[str, str, str | None] | None = None
+                ) -> None:
         try:
-            self._record_live(package)
+            self._record_live(package, who or (self.author, "modder", None))
         except StoreError as exc:  # the mod runs on; only its record is missing
             self._not_recorded(f"mod {package.id!r} {package.manifest.version}", exc)
 
-    def _record_live(self, package: ModPackage) -> None:
+    def _record_live(self, package: ModPackage, who: tuple[str, str, str | None]) -> None:
         store = self._recording()
         if store is None:
             return
+        author, role, trace_id = who
         files: dict[str, int] = {}
         for path, text in {MANIFEST_NAME: package.manifest_text, **package.files}.items():
             key = self._key(package.id, path)
@@ -532,7 +591,7 @@ class ModHost:
                 files[path] = store.scripts.current(key).rev
             else:
                 files[path] = store.scripts.record_success(
-                    key, text, author=self.author, role="modder").rev
+                    key, text, author=author, role=role, trace_id=trace_id).rev
         active = self._active()
         mods = [m for m in active.mods if m.id != package.id]
         mods.append(_ActiveMod(id=package.id, version=package.manifest.version,
