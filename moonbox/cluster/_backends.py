@@ -4,12 +4,16 @@ shard (:class:`RayBackend`). Both run :class:`~moonbox.cluster.Shard` unchanged.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any, Protocol
 
 from ._shard import Shard
+from ._spec import ClusterError
 
 __all__ = ["Backend", "LocalBackend", "RayBackend", "ShardsDown", "start_local_ray"]
+
+_LOOPBACK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 class ShardsDown(Exception):
@@ -63,13 +67,24 @@ class LocalBackend:
 def start_local_ray(num_cpus: int = 2, **options: Any) -> Any:
     """Start a one-node Ray instance on loopback for this process (and return
     ``ray.init``'s context): no dashboard, token auth, every socket on 127.0.0.1. End it
-    with ``ray.shutdown()``, never ``ray stop``."""
+    with ``ray.shutdown()``, never ``ray stop``.
+
+    Ray reads whether it may leave loopback (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``: it
+    may not) when it is first imported: call this before anything imports ``ray``, or set
+    the variable in the environment.
+
+    Raises:
+        ClusterError: ``loopback``: ``ray`` was imported before without that setting.
+    """
+    if "ray" in sys.modules and os.environ.get(_LOOPBACK) != "0":
+        raise ClusterError(f"ray was imported before {_LOOPBACK}=0 was set: its servers "
+                           "would listen beyond loopback", code="loopback")
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    os.environ[_LOOPBACK] = "0"
     import ray
 
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    return ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
-                    log_to_driver=False, configure_logging=False, **options)
+    return ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                    configure_logging=False, **options)
 
 
 class RayBackend:
