@@ -70,16 +70,18 @@ def start_local_ray(num_cpus: int = 2, **options: Any) -> Any:
     with ``ray.shutdown()``, never ``ray stop``.
 
     Ray reads whether it may leave loopback (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``: it
-    may not) when it is first imported: call this before anything imports ``ray``, or set
-    the variable in the environment.
+    may not) and its auth mode (``RAY_AUTH_MODE=token``) when it is first imported: call
+    this before anything imports ``ray``, or set both in the environment.
 
     Raises:
         ClusterError: ``loopback``: ``ray`` was imported before without that setting.
     """
-    if "ray" in sys.modules and os.environ.get(_LOOPBACK) != "0":
-        raise ClusterError(f"ray was imported before {_LOOPBACK}=0 was set: its servers "
-                           "would listen beyond loopback", code="loopback")
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    if "ray" in sys.modules and (os.environ.get(_LOOPBACK) != "0"
+                                 or os.environ.get("RAY_AUTH_MODE") != "token"):
+        raise ClusterError(f"ray was imported before {_LOOPBACK}=0 and RAY_AUTH_MODE=token "
+                           "were set: its servers would listen beyond loopback, or refuse "
+                           "this process's token", code="loopback")
+    os.environ["RAY_AUTH_MODE"] = "token"
     os.environ[_LOOPBACK] = "0"
     import ray
 

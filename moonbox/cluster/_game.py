@@ -72,6 +72,7 @@ class ShardedGame:
         self.backend.start([{"index": i, "mods": [m.to_dict() for m in group], "seed": seed,
                              "checkpoint_dir": None if self.dir is None else str(self.dir)}
                             for i, group in enumerate(self.placed)])
+        self.info()  # every shard built (an actor's start is not a tick's time)
         if self.dir is not None:
             self.checkpoint()
 

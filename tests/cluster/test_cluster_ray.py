@@ -13,7 +13,7 @@ import pytest
 from _mods import chatty_mods, inputs
 
 # Ray decides whether its servers may leave loopback when it is first imported.
-os.environ.setdefault("RAY_AUTH_MODE", "token")
+os.environ["RAY_AUTH_MODE"] = "token"
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 ray = pytest.importorskip("ray", reason="the Ray backend needs ray: pip install -e '.[dev]' "
                                         "(or 'moonbox[ray]')")
