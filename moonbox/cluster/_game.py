@@ -69,9 +69,16 @@ class ShardedGame:
         self._forward: dict[int, list[tuple[str, Any]]] = {i: [] for i in self.live}
         self._cp: int | None = None
         self._cp_forward: dict[int, list[tuple[str, Any]]] = {}
-        self.backend.start([{"index": i, "mods": [m.to_dict() for m in group], "seed": seed,
-                             "checkpoint_dir": None if self.dir is None else str(self.dir)}
-                            for i, group in enumerate(self.placed)])
+        configs = []
+        for i, group in enumerate(self.placed):
+            mods_of: list[dict[str, Any]] | str = [m.to_dict() for m in group]
+            if self.dir is not None:  # a restarted shard reads its mods from disk
+                path = self.dir / f"mods-shard-{i}.msgpack"
+                atomic_write(path, msgpack.packb(mods_of, use_bin_type=True))
+                mods_of = str(path)
+            configs.append({"index": i, "mods": mods_of, "seed": seed,
+                            "checkpoint_dir": None if self.dir is None else str(self.dir)})
+        self.backend.start(configs)
         self.info()  # every shard built (an actor's start is not a tick's time)
         if self.dir is not None:
             self.checkpoint()

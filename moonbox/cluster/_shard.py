@@ -61,7 +61,11 @@ class Shard:
 
     Args:
         index: the shard's number.
-        mods: its mods (:meth:`ModSpec.to_dict` each), in load order.
+        mods: its mods (:meth:`ModSpec.to_dict` each), in load order, or the path of a
+            file holding that list as msgpack. A Ray actor's constructor arguments are
+            kept for its restarts only while they are small; large ones live in the object
+            store, which does not keep them, so a sharded game with checkpoints passes a
+            file.
         seed: the game's seed (each mod's generator is seeded from it and the mod's id, as
             in one game).
         checkpoint_dir: where its checkpoints go (a folder of its own is made under it);
@@ -69,9 +73,11 @@ class Shard:
             newest (a restarted actor's constructor runs again with the same arguments).
     """
 
-    def __init__(self, index: int, mods: list[dict[str, Any]], seed: int,
+    def __init__(self, index: int, mods: list[dict[str, Any]] | str, seed: int,
                  checkpoint_dir: str | None = None) -> None:
         self.index = index
+        if isinstance(mods, str):  # a file of them: what a restarted actor reads again
+            mods = msgpack.unpackb(Path(mods).read_bytes(), raw=False)
         self.mods = [ModSpec.from_dict(m) for m in mods]
         self.seed = seed
         self.dir = (Path(checkpoint_dir) / f"shard-{index}") if checkpoint_dir else None
@@ -80,11 +86,12 @@ class Shard:
         self.game = Game(seed=seed)
         self.restored_from: int | None = None
         self.tick_ms: list[float] = []
-        for m in self.mods:
-            self.game.load_mod(m.id, m.source, chunk=m.chunk)
         newest = self._checkpoints()
-        if newest:
+        if newest:  # a restore builds every mod from the snapshot: no load first
             self._restore(newest[-1][0])
+        else:
+            for m in self.mods:
+                self.game.load_mod(m.id, m.source, chunk=m.chunk)
 
     # -- what the coordinator calls -------------------------------------------------
     def info(self) -> dict[str, Any]:
