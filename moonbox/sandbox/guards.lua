@@ -412,7 +412,8 @@ local function format_objects(fmt, ...)
       if conv == "p" then
         fmt = s_sub(fmt, 1, c - 1) .. "s" .. s_sub(fmt, c + 1)
         args[k] = OBJECT[type(v)] and s_format("0x%08x", object_id(v)) or "NULL"
-      elseif conv == "s" and OBJECT[type(v)] then
+      elseif (conv == "s" or conv == "q") and OBJECT[type(v)] then
+        -- LuaJIT shows an object under %q by its address too: the sandbox's id instead.
         args[k] = wrapped.tostring(v)
       end
       i = c + 1

@@ -133,12 +133,6 @@ def moonbox_budget(**kw):
     return moonbox.Budget(steps=1 << 50, max_memory="64MB", alloc_bytes="64MB", **kw)
 
 
-@pytest.mark.xfail(strict=True, reason="LuaJIT's parser interns every number literal in a "
-                   "table keyed by the number, whose hash is not seeded: literals that share "
-                   "one chain make the load quadratic (16,384 of them: ~1.8 s against ~0.14 s "
-                   "for plain ones; a 4 MiB source of them, minutes). Sandbox.load runs it "
-                   "with no budget; it needs a bound on number literals, or a check of "
-                   "their hashes, before LuaJIT sees the source")
 def test_colliding_number_literals_load_in_linear_time():
     from lupa import luajit21
 
@@ -158,10 +152,6 @@ def test_colliding_number_literals_load_in_linear_time():
     assert colliding < 4 * baseline
 
 
-@pytest.mark.xfail(strict=True, reason="LuaJIT's syntax error quotes the token it stopped at, "
-                   "all of it, and Sandbox.load passes the message on uncut (runtime errors are "
-                   "cut at 4 KiB in runs.lua's error_text; syntax errors are not): a 4 MiB "
-                   "source makes a 4 MiB message")
 @pytest.mark.parametrize("source", [
     'x = "' + "a" * 100_000 + "\n",
     "x = 1" + "2" * 100_000 + "z",
@@ -178,10 +168,6 @@ def test_a_syntax_error_at_a_long_token_has_a_bounded_message(source):
 
 
 # As the fuzzer found it (seed 1001, example 3328): a value showing a heap address.
-@pytest.mark.xfail(strict=True, reason="string.format's guard (guards.lua, format_objects) "
-                   "rewrites %p and gives %s of an object the sandbox's tostring, but passes "
-                   "%q through: LuaJIT 2.1 formats a table, function or coroutine under %q with "
-                   "its real address")
 @pytest.mark.parametrize("value", ["{}", "function() end", "coroutine.create(print)"])
 def test_format_q_of_an_object_shows_no_address(value):
     import re
@@ -194,10 +180,6 @@ def test_format_q_of_an_object_shows_no_address(value):
     assert all(a < 1 << 24 for a in addresses), shown
 
 
-@pytest.mark.xfail(strict=True, reason="LuaJIT's parser resolves gotos in work quadratic in "
-                   "their number (16,557 gotos to one label: 1.3 s in LuaJIT, 5.3 s for "
-                   "Sandbox.load, which compiles twice; a hang of the fuzzer's worker under "
-                   "load); Sandbox.load runs it with no budget: it needs a bound on gotos")
 def test_gotos_load_in_linear_time():
     from moonbox.fuzz._programs import HOSTILE_SOURCES
 
