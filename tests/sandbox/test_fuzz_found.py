@@ -168,7 +168,7 @@ def test_a_syntax_error_at_a_long_token_has_a_bounded_message(source):
 
 
 # As the fuzzer found it (seed 1001, example 3328): a value showing a heap address.
-@pytest.mark.parametrize("value", ["{}", "function() end", "coroutine.create(print)"])
+@pytest.mark.parametrize("value", ["{}", "function() end", "coroutine.create(function() end)"])
 def test_format_q_of_an_object_shows_no_address(value):
     import re
 
@@ -198,7 +198,7 @@ MAXN_LOOP = ("local h = {} for i = 1, 200000 do h[i * 2 + 0.5] = i end "
              "local x for i = 1, 1e9 do x = table.maxn(h) end")
 
 
-@pytest.mark.xfail(strict=True, reason="table.maxn is not guarded (guards.lua): its cost grows "
+@pytest.mark.xfail(strict=False, reason="open: table.maxn is not guarded (guards.lua): its cost grows "
                    "with the hash part, but it is charged like one step")
 def test_a_loop_of_table_maxn_trips_its_wall_budget():
     try:
