@@ -43,8 +43,8 @@ its kind:
 - ``colliding-keys`` cases: ``host-time`` holds the host's time around all the resumes to
   :data:`TWIN_FACTOR` times that of the program's twin with keys that do not collide
   (a walk by slot costs both the same; one that re-finds each key along the chain does
-  not); ``wall-time`` allows the stall margin on top (the mod's own inserts into the chain
-  are charged like cheap ones);
+  not); ``wall-time`` allows the stall margin on top and judges the thread's CPU time (the
+  mod's own inserts into the chain are charged like cheap ones, and cannot be interrupted);
 - ``error-value`` cases: no metamethod of the mod ran on the host side (the flag
   ``metamethod_ran`` the programs' metamethods set stays nil: the programs never convert
   their error values themselves); the message bound is the general one, 4 KiB and "...";
@@ -52,7 +52,8 @@ its kind:
   keeps its own first line (the caps are per resume) and each line sent is kept or
   counted as dropped;
 - ``long-operation`` cases: ``wall-time`` allows the stall margin on top of the margin
-  (one operation the meter cannot interrupt ends late, and is counted as a trip).
+  and judges the thread's CPU time (one operation the meter cannot interrupt ends late, and
+  is counted as a trip; what it costs is CPU, which a busy machine does not stretch).
 
 Two more are checked by the process that drives the worker (:mod:`moonbox.fuzz._runner`):
 ``crash`` (the worker process died) and ``hang`` (it did not answer in time), and
