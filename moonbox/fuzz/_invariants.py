@@ -594,7 +594,7 @@ class Checker:
         self._seed = (self._seed * 1103515245 + 12345) % (1 << 31)
         sb = self._sandbox(budget)
         try:
-            outcome = self._run(sb, source, budget, result, margin_s, on_cpu=uninterruptible)
+            outcome = self._run(sb, source, budget, result, margin_s, uninterruptible)
             if outcome is not None:
                 result.violations.extend(check_outcome(outcome, expect_syntax=expect_syntax))
                 result.status = _summary(outcome)
