@@ -911,7 +911,9 @@ def _escaped(exc: BaseException, when: str) -> Violation:
 def _host_s(result: CaseResult) -> float:
     """The host's work around a program's resumes, beyond the resumes' own (CPU time of
     the host's thread minus the resumes' wall time: see ``host-time``)."""
-    return sum(cpu_s - outcome.stats.wall_s for outcome, _, cpu_s, _ in result.resumes)
+    # Each resume's at least 0: a thread descheduled inside the resume ran less CPU than the
+    # resume's wall time, and a negative figure would not compare as work.
+    return sum(max(0.0, cpu_s - outcome.stats.wall_s) for outcome, _, cpu_s, _ in result.resumes)
 
 
 def _summary(outcome: Outcome) -> str:

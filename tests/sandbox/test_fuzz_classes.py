@@ -195,6 +195,7 @@ def test_host_time_past_the_bound_is_a_violation():
 
 def test_host_time_far_past_the_twins_is_a_violation():
     assert check_host_time_against_twin(0.2, 0.1) is None
+    assert check_host_time_against_twin(0.0, 0.0) is None
     slow = check_host_time_against_twin(TWIN_FACTOR * 0.1 + 0.2, 0.1)
     assert slow is not None and slow.invariant == "host-time"
 
@@ -306,6 +307,18 @@ class _QuadraticCopies(Checker):
 
         sb._pairs = pairs
         return sb
+
+
+def test_a_resume_descheduled_on_a_busy_machine_counts_as_no_host_work():
+    # Found by a campaign (seed 2001, example 3360): a thread descheduled inside both runs'
+    # resumes ran less CPU than their wall time, and the negative figures compared as a
+    # violation (-0.95 s against 3 x -0.50 s).
+    from moonbox.fuzz._invariants import CaseResult, _host_s
+
+    descheduled = CaseResult(resumes=[(_outcome(wall_s=1.2), 1.3, 0.25, 0)])
+    assert _host_s(descheduled) == 0.0
+    busy_host = CaseResult(resumes=[(_outcome(wall_s=0.1), 0.9, 0.7, 0)])
+    assert abs(_host_s(busy_host) - 0.6) < 1e-9
 
 
 def test_a_quadratic_copy_of_colliding_keys_is_caught_against_its_twin():
