@@ -24,10 +24,10 @@ Invariants (the names are what reproducers and reports show):
   runs ``return 'alive'``.
 - ``host-time``: the host's work around a resume that is not the resume's own (copying
   values out, describing errors) stays under :data:`HOST_TIME_S`, which a linear copy of
-  the largest values that may cross meets many times over. It is measured as the CPU time
-  of the host's thread over the resume call minus the resume's own wall time
-  (``outcome.stats.wall_s``): a lower bound of the host's work that a busy machine does
-  not inflate (the fuzzer runs niced, beside other work; a wall-clock bound failed there).
+  the largest values that may cross meets many times over. It is measured in CPU time of
+  the host's thread: over the resume call, minus over the call into Lua inside it, which
+  a busy machine does not inflate (the fuzzer runs niced, beside other work; a wall-clock
+  bound failed there).
 - ``late-end``: a resume whose own wall time (``outcome.stats.wall_s``) passes its wall
   budget, the stall margin and :data:`LATE_SLACK_S` is a time trip (or an error or trip of
   its own), never ``done`` or ``yielded``: what ends late is counted after the fact, on
@@ -43,8 +43,8 @@ its kind:
 - ``colliding-keys`` cases: ``host-time`` holds the host's time around all the resumes to
   :data:`TWIN_FACTOR` times that of the program's twin with keys that do not collide
   (a walk by slot costs both the same; one that re-finds each key along the chain does
-  not); ``wall-time`` allows the stall margin on top (the mod's own inserts into the chain
-  are charged like cheap ones);
+  not); ``wall-time`` allows the stall margin on top and judges the thread's CPU time (the
+  mod's own inserts into the chain are charged like cheap ones, and cannot be interrupted);
 - ``error-value`` cases: no metamethod of the mod ran on the host side (the flag
   ``metamethod_ran`` the programs' metamethods set stays nil: the programs never convert
   their error values themselves); the message bound is the general one, 4 KiB and "...";
@@ -52,7 +52,8 @@ its kind:
   keeps its own first line (the caps are per resume) and each line sent is kept or
   counted as dropped;
 - ``long-operation`` cases: ``wall-time`` allows the stall margin on top of the margin
-  (one operation the meter cannot interrupt ends late, and is counted as a trip).
+  and judges the thread's CPU time (one operation the meter cannot interrupt ends late, and
+  is counted as a trip; what it costs is CPU, which a busy machine does not stretch).
 
 Two more are checked by the process that drives the worker (:mod:`moonbox.fuzz._runner`):
 ``crash`` (the worker process died) and ``hang`` (it did not answer in time), and
@@ -367,12 +368,10 @@ def check_wall(elapsed_s: float, budget: Budget, margin_s: float) -> Violation |
     return None
 
 
-def check_host_time(cpu_s: float, outcome: Outcome,
+def check_host_time(host_s: float, outcome: Outcome,
                     bound_s: float = HOST_TIME_S) -> Violation | None:
-    """A ``host-time`` violation if the host spent more than ``bound_s`` around one resume
-    beyond the resume's own wall time (``outcome.stats.wall_s``); ``cpu_s`` is the CPU time
-    of the host's thread over the whole resume call."""
-    host_s = cpu_s - outcome.stats.wall_s
+    """A ``host-time`` violation if the host spent more than ``bound_s`` (``host_s``: CPU
+    time of its thread) around one resume, beyond the resume's own run in Lua."""
     if host_s > bound_s:
         return Violation(
             "host-time",
@@ -497,14 +496,15 @@ class CaseResult:
         violations: the invariants it broke (empty when none).
         status: ``done``, ``yielded``, ``error:<kind>`` or ``budget:<kind>``, for statistics.
         elapsed_s: wall time of its resumes, together.
-        resumes: each resume's outcome, elapsed time, CPU time of the host's thread and
-            ``reports_dropped_now`` (in process).
+        resumes: each resume's outcome, elapsed time, CPU time of the host's thread, CPU
+            time of the host's work around the run in Lua, and ``reports_dropped_now`` (in
+            process).
     """
 
     violations: list[Violation] = field(default_factory=list)
     status: str = ""
     elapsed_s: float = 0.0
-    resumes: list[tuple[Outcome, float, float, int]] = field(default_factory=list)
+    resumes: list[tuple[Outcome, float, float, float, int]] = field(default_factory=list)
 
 
 class Checker:
@@ -593,7 +593,7 @@ class Checker:
         self._seed = (self._seed * 1103515245 + 12345) % (1 << 31)
         sb = self._sandbox(budget)
         try:
-            outcome = self._run(sb, source, budget, result, margin_s, on_cpu=uninterruptible)
+            outcome = self._run(sb, source, budget, result, margin_s, uninterruptible)
             if outcome is not None:
                 result.violations.extend(check_outcome(outcome, expect_syntax=expect_syntax))
                 result.status = _summary(outcome)
@@ -629,9 +629,10 @@ class Checker:
     def _by_resume(result: CaseResult, budget: Budget, kind: str) -> list[Violation]:
         """The invariants judged on each resume: host time, late ends, reports."""
         found = []
-        for index, (outcome, _elapsed, cpu_s, dropped_now) in enumerate(result.resumes, 1):
+        for index, (outcome, _elapsed, _cpu_s, host_s, dropped_now) in enumerate(
+                result.resumes, 1):
             for violation in (
-                check_host_time(cpu_s, outcome),
+                check_host_time(host_s, outcome),
                 check_late_end(outcome.stats.wall_s, outcome, budget),
                 check_resume_reports(outcome, dropped_now),
                 check_flood(outcome, dropped_now, index) if kind == "report-flood" else None,
@@ -779,14 +780,29 @@ class Checker:
             result.status = "host-exception"
             return None
         outcome: Outcome | None = None
+        # The host's work around a resume is the resume call's CPU time minus its call into
+        # Lua's: timed by a wrapper of the sandbox's entry into Lua.
+        lua_cpu = [0.0]
+        enter_lua = sb._h_resume
+
+        def timed(*args: Any) -> Any:
+            c0 = time.thread_time()
+            try:
+                return enter_lua(*args)
+            finally:
+                lua_cpu[0] += time.thread_time() - c0
+
+        sb._h_resume = timed
         try:
             for i in range(MAX_RESUMES):
-                t0, cpu0 = time.perf_counter(), time.thread_time()
+                t0, cpu0, lua0 = time.perf_counter(), time.thread_time(), lua_cpu[0]
                 outcome = run.resume()
                 elapsed = time.perf_counter() - t0
                 cpu_s = time.thread_time() - cpu0
+                host_s = cpu_s - (lua_cpu[0] - lua0)
                 result.elapsed_s += elapsed
-                result.resumes.append((outcome, elapsed, cpu_s, run.reports_dropped_now))
+                result.resumes.append((outcome, elapsed, cpu_s, host_s,
+                                       run.reports_dropped_now))
                 late = check_wall(cpu_s if on_cpu else elapsed, budget, margin_s)
                 if late:
                     result.violations.append(late)
@@ -908,9 +924,9 @@ def _escaped(exc: BaseException, when: str) -> Violation:
 
 
 def _host_s(result: CaseResult) -> float:
-    """The host's work around a program's resumes, beyond the resumes' own (CPU time of
-    the host's thread minus the resumes' wall time: see ``host-time``)."""
-    return sum(cpu_s - outcome.stats.wall_s for outcome, _, cpu_s, _ in result.resumes)
+    """The host's work around a program's resumes, beyond their runs in Lua (CPU time of
+    the host's thread: see ``host-time``)."""
+    return sum(host_s for *_, host_s, _ in result.resumes)
 
 
 def _summary(outcome: Outcome) -> str:
