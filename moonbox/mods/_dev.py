@@ -23,8 +23,9 @@ from ..world import Prefab, World, default_prefabs
 from ._host import ModHost, ReloadResult, source_line
 from ._watch import DEBOUNCE_MS, STEP_MS, ModWatcher
 
-__all__ = ["DevProblem", "DevSession", "DevView", "arena_game", "describe_problem",
-           "describe_result", "describe_store", "describe_workers", "game_factory", "render"]
+__all__ = ["DevProblem", "DevSession", "DevView", "arena_game", "describe_failure",
+           "describe_problem", "describe_result", "describe_store", "describe_workers",
+           "game_factory", "render"]
 
 _SOURCE = re.compile(r"^ {4}\d+ \| [^\n]*$")  # a source line, as source_line() gives it
 MAX_PROBLEMS = 100

@@ -502,7 +502,7 @@ class ModHost:
         for state in self.mods.values():
             if state.package is not None and state.package.root == package.root:
                 return self._refused(state.id, error, None, start)
-        self._error(package.id, error)
+        self._error(package.root.name, error)  # the folder's, as the result names it
         return self._emit(ReloadResult(package.root.name, False, package.version_hash, error,
                                        time.perf_counter() - start))
 
