@@ -405,8 +405,12 @@ class ModHost:
             registry.close()
 
     def _preparation(self, mod_id: str) -> Callable[[Any], None] | None:
+        # As _load prepares a mod: its require, and what its permissions withhold.
         state = self.mods.get(mod_id)
-        return preparer(state.package) if state is not None and state.package else None
+        if state is None or not state.package:
+            return None
+        return preparer(state.package, withheld(state.package, self.game.registry,
+                                                self.policy))
 
     def try_version(self, game: Game, package: ModPackage) -> tuple[Mod, str | None]:
         """Swap ``package`` into ``game`` (a :meth:`fork`) as a reload swaps it into the
@@ -418,13 +422,12 @@ class ModHost:
             old_state = _plain_copy(game.mod(package.id).state)
         except MoonboxError:
             pass
-        mod = self._load(game, package, self.permissions_for(package, game.registry),
-                         replacing=old_state is not None)
+        mod = self._load(game, package, replacing=old_state is not None)
         if mod.quarantine is not None:
             failure = mod.quarantine.failure
             return mod, (describe(failure.error, package) if failure
                          else f"mod {package.id!r}: {mod.quarantine.reason}")
-        problem = self._carry(game, mod, old_state)
+        problem, _reports = self._carry(game, mod, old_state)
         return mod, (f"mod {package.id!r}: {problem}" if problem else None)
 
     def _dependencies(self, package: ModPackage) -> list[str]:
