@@ -307,7 +307,8 @@ def test_report_caps_are_per_resume_and_a_drop_is_said(isolated):
     from moonbox.sandbox._run import MAX_REPORTS, REPORTS_DROPPED
 
     make = IsolatedSandbox if isolated else Sandbox
-    with make(host_functions=default_bindings()) as sb:
+    # 1,500 host calls a resume (round trips when isolated): time for a loaded machine.
+    with make(Budget(wall_s=30), host_functions=default_bindings()) as sb:
         run = sb.start("local n = 0 while true do n = n + 1 "
                        "for i = 1, 1500 do report(n .. ':' .. i) end coroutine.yield() end")
         for n in range(1, 4):
