@@ -33,7 +33,8 @@ ALLOWED_GLOBALS: Mapping[str, str] = MappingProxyType({
     "tostring": "formats a value; a __tostring runs as the mod's own code, metered",
     "type": "names a value's type",
     "unpack": "spreads a table into values",
-    "collectgarbage": "wrapped: only collectgarbage('count'); no GC tuning or stop",
+    "collectgarbage": "wrapped: only collectgarbage('count'), refused in deterministic mode "
+    "(the heap's size does not replay); no GC tuning or stop",
     "_VERSION": "a constant string",
 })
 
