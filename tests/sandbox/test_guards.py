@@ -137,6 +137,26 @@ def test_the_metered_sort_sorts(base, extra, seed, descending):
     assert out.value == sorted(values, reverse=descending)
 
 
+def test_a_sort_with_a_comparator_is_preempted_and_resumed_midway():
+    # The comparator runs under Lua code (LuaJIT's quicksort, written in Lua): a slice end
+    # there yields to the host, and the next resume carries on with the same sort.
+    source = """
+    local t = {} for i = 1, 20000 do t[i] = (i * 7919) % 20011 end
+    table.sort(t, function(a, b) return a > b end)
+    for i = 2, #t do assert(t[i - 1] >= t[i]) end
+    return t[1], t[#t]
+    """
+    with Sandbox(Budget(steps=20_000, total_steps=10**9), preempt=True) as sb:
+        run = sb.start(source)
+        preempted = 0
+        out = run.resume()
+        while out.status == "preempted":
+            preempted += 1
+            out = run.resume()
+    assert out.status == "done" and out.values == (20010, 1)
+    assert preempted > 1
+
+
 def test_the_metered_sort_sorts_strings_and_errors_like_the_native_one():
     with Sandbox(Budget(steps=10**9, wall_s=30)) as sb:
         out = sb.run("local t = {} for i = 1, 5000 do t[i] = tostring(i) end table.sort(t) "
