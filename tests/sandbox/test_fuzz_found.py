@@ -231,3 +231,47 @@ def test_a_loop_of_table_maxn_trips_its_wall_budget():
         pytest.fail("the run was still going after 20 s under a 0.2 s budget")
     outs = json.loads(proc.stdout.strip().splitlines()[-1])
     assert outs == [{"status": "budget", "budget": "time", "alive": "alive"}]
+
+
+# As the fuzzer found it (seed 2002, --no-jit, examples 1928-2805): after a cheap loop that
+# grows the meter's poll interval, a loop comparing a 1-6 MiB string with itself. With the
+# JIT on it trips in time; with the count hook each hook period of 1000 instructions holds
+# hundreds of full memcmps and the clock is read only every so many periods: 1.4-1.9 s of
+# CPU under a 0.2 s budget, or no answer within the worker's 13.6 s.
+LONG_COMPARISONS_LOOP = ("for _ = 1, 3e6 do end "
+                         "local s = string.rep('x', 4194304) "
+                         "local x for i = 1, 1e9 do x = s < s end")
+
+
+@pytest.mark.xfail(strict=True, reason="with jit=False the count hook charges a comparison of "
+                   "two long strings like any instruction, and polls the clock on its grown "
+                   "interval (the hook's poll in the sandbox's meter): the run is not stopped "
+                   "near its wall budget")
+def test_a_loop_of_long_comparisons_trips_its_wall_budget_with_the_count_hook():
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHILD, json.dumps({"steps": 10**15, "wall_s": 0.2,
+                                                       "max_memory": 64 << 20,
+                                                       "alloc_bytes": 64 << 20}),
+             "0", CHUNK],
+            input=json.dumps([LONG_COMPARISONS_LOOP]), capture_output=True, text=True,
+            timeout=20,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the run was still going after 20 s under a 0.2 s budget")
+    outs = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert outs == [{"status": "budget", "budget": "time", "alive": "alive"}]
+
+
+def test_a_loop_of_long_comparisons_trips_its_wall_budget_with_the_jit():
+    # The same loop with the JIT on: stopped in time (checked as not hung).
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, json.dumps({"steps": 10**15, "wall_s": 0.2,
+                                                   "max_memory": 64 << 20,
+                                                   "alloc_bytes": 64 << 20}),
+         "1", CHUNK],
+        input=json.dumps([LONG_COMPARISONS_LOOP]), capture_output=True, text=True,
+        timeout=TIMEOUT_S,
+    )
+    outs = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert outs == [{"status": "budget", "budget": "time", "alive": "alive"}]
