@@ -16,6 +16,7 @@ FINISHED = frozenset({"done", "error", "budget"})
 # What a resume ended in, as the prelude's host.resume answers (the same numbers in
 # runs.lua).
 YIELDED, DONE, PREEMPTED, BUDGET, FAILED, BAD_VALUE = 1, 2, 3, 4, 5, 6
+FIGURES = 0  # host.call: a yield of nothing, with the figures that changed (see Run.call)
 
 
 class Stats(NamedTuple):

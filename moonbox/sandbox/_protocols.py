@@ -56,6 +56,9 @@ class SandboxState(Protocol):
     _failed: Any
     _not_enough_memory: Any
     _h_resume: Any
+    _h_call: Any
+    _call_limit: int
+    _call_growth_limited: bool
     _h_extend: Any
     _h_expire: Any
     _h_close: Any
@@ -88,3 +91,5 @@ class SandboxState(Protocol):
     def _excluded_in_resume(self) -> float: ...
 
     def _send_budget(self, budget: Budget) -> None: ...
+
+    def _limit_calls(self, heap_bytes: int) -> None: ...

@@ -9,7 +9,7 @@ from .._errors import BudgetExceeded, HostError, SandboxClosed, ScriptError
 from ._budget import Budget
 from ._lua import lua
 from ._marshal import to_lua
-from ._outcome import DONE, FINISHED, PREEMPTED, YIELDED, Outcome, Stats, Status
+from ._outcome import DONE, FIGURES, FINISHED, PREEMPTED, YIELDED, Outcome, Stats, Status
 from ._protocols import SandboxState
 from ._script_errors import ended_outcome
 from ._values import MAX_EXACT_INT, MIN_EXACT_INT, all_scalar, resume_values
@@ -106,8 +106,8 @@ class Run(ReportLines):
 
     # Slots: attribute access on the resume path is measurably cheaper.
     __slots__ = (
-        "sandbox", "chunk", "_id", "_generation", "status", "_steps", "_peak", "_wall_s",
-        "resumes", "_denials", "_open",
+        "sandbox", "chunk", "_id", "_generation", "status", "_steps", "peak_bytes", "_wall_s",
+        "resumes", "_denials", "_open", "ended_at",
     )
 
     def __init__(self, sandbox: SandboxState, chunk: Chunk, run_id: int) -> None:
@@ -118,11 +118,12 @@ class Run(ReportLines):
         self.status: Status | Literal["new"] = "new"
         ReportLines.__init__(self)
         self._steps = 0
-        self._peak = 0
+        self.peak_bytes = 0  # the highest heap seen in any resume of the run
         self._wall_s = 0.0
         self.resumes = 0
         self._denials: set[str] = set()
         self._open = True  # False once finished, closed, or its runtime is gone
+        self.ended_at = 0.0  # the sandbox's clock when the last call ended (see call)
 
     @property
     def finished(self) -> bool:
@@ -131,7 +132,7 @@ class Run(ReportLines):
     @property
     def stats(self) -> Stats:
         """What the run has spent over all its resumes (peak heap: the highest seen)."""
-        return Stats(self._steps, self._peak, self._wall_s)
+        return Stats(self._steps, self.peak_bytes, self._wall_s)
 
     def resume(self, *args: Any, budget: Budget | None = None) -> Outcome:
         """Resume the run with a fresh budget (the sandbox's unless one is given).
@@ -222,13 +223,134 @@ class Run(ReportLines):
                 return self._ended(res, first, wall, growth_limited)
             self._wall_s += wall
             self._steps += steps
-            if peak > self._peak:
-                self._peak = peak
+            if peak > self.peak_bytes:
+                self.peak_bytes = peak
             self.status = "yielded"
             return _tuple_new(Outcome, ("yielded", values, None,
                                         tuple(reports[first:]) if len(reports) > first else (),
                                         _tuple_new(Stats, (steps, peak, wall))))
         return self._ended(res, first, wall, growth_limited)
+
+    def call(self, start: float, *args: Any) -> int | Outcome:
+        """Resume the run with a fresh budget, for a host that resumes it over and over (an
+        engine calling a mod's handlers): the same resume as :meth:`resume`, with less
+        said about it.
+
+        ``start`` is the host's reading of the sandbox's :attr:`~Sandbox.clock` as the
+        resume begins (the end of the previous call will do: a host calling many runs in a
+        row reads the clock once per call); :attr:`ended_at` is the reading when it ended.
+        A resume that yields nothing (the commonest end) answers the steps it took, and
+        :attr:`stats` has its heap and time; any other end answers the :class:`Outcome`
+        :meth:`resume` would. Either way the call's reports are in :attr:`reports` (and
+        its drops in :attr:`reports_dropped_now`) until the next call or resume, never in
+        the outcome: the caps are per call.
+
+        The allocator holds each call to its growth allowance plus at most 192 KiB (it is
+        set again only when the heap moves to another 64 KiB block); the meter's own check
+        of the allowance is exact, so a call that grows past it trips all the same.
+
+        Raises:
+            SandboxClosed, HostError: as :meth:`resume`.
+        """
+        # Every check of resume's steady state, then what it does, inline: this runs once
+        # per handler call of every mod.
+        sb = self.sandbox
+        if (sb._running is not None or sb._call_limit != sb._current_limit or not self._open
+                or sb._lua_budget is not sb.budget or sb._dropped or sb._watchdog is not None
+                or len(args) > _FAST_ARGS):
+            return self._first_call(start, args)
+        for v in args:
+            kind = type(v)
+            if not (kind is int and MIN_EXACT_INT <= v <= MAX_EXACT_INT or kind is float
+                    or v is None or kind is bool):
+                return self._called(self.resume(*args))
+        if self.reports or self.reports_dropped_now:
+            self._new_resume()  # the caps are per call: the host took the last call's
+        sb._running = self
+        sb._start = start
+        sb._deadline = start + sb._wall_s_limit
+        try:
+            res = sb._h_call(self._id, start, sb._call_growth_limited, *args)
+        except lua.LuaMemoryError:
+            res = None
+        except lua.LuaError as exc:
+            sb._loosen()
+            raise HostError(f"moonbox failed while resuming {self.chunk.name}: {exc}") from exc
+        finally:
+            sb._running = None
+        end = self.ended_at = sb._clock()
+        wall = end - start
+        if type(res) is int and wall <= sb._late_s:  # a yield of nothing
+            self._steps += res
+            self._wall_s += wall
+            self.resumes += 1
+            return res
+        return self._call_ended(res, wall)
+
+    def _first_call(self, start: float, args: tuple[Any, ...]) -> int | Outcome:
+        """A call whose sandbox is not in its steady state: the allocator's limit is set
+        from the heap now (then the next calls keep it up to date), or, for what only
+        :meth:`resume` handles (another budget, handles to drop, a watchdog), resume's way."""
+        sb = self.sandbox
+        if (sb._running is not None or not self._open or sb._lua_budget is not sb.budget
+                or sb._dropped or sb._watchdog is not None or len(args) > _FAST_ARGS):
+            return self._called(self.resume(*args))
+        sb._limit_calls(sb._rt.get_memory_used(True))
+        if sb._call_limit != sb._current_limit:
+            return self._called(self.resume(*args))
+        if self.status == "new":
+            self.status = "yielded"  # what it stays while calls end in plain yields
+        return self.call(start, *args)
+
+    def _call_ended(self, res: Any, wall: float) -> int | Outcome:
+        """A call's end other than a plain yield of nothing within its time."""
+        sb = self.sandbox
+        self.resumes += 1
+        first = len(self.reports)  # its reports are the run's to take (see call)
+        if wall > sb._late_s:
+            if type(res) is int:
+                res = (res, self.peak_bytes)  # the figures as resume's answer has them
+            elif type(res) is tuple and res[0] == FIGURES:
+                res = res[1:3]
+            late = self._late(res, first, wall, sb._call_growth_limited, sb._late_s)
+            if late is not None:
+                return late
+        if type(res) is int:
+            self._steps += res
+            self._wall_s += wall
+            return res
+        if type(res) is tuple and res[0] == FIGURES:
+            # A yield of nothing, with what changed: the peak, and the heap the next call
+            # starts from (the allocator's limit follows it).
+            steps = res[1]
+            self._steps += steps
+            self._wall_s += wall
+            if res[2] > self.peak_bytes:
+                self.peak_bytes = res[2]
+            sb._limit_calls(res[3])
+            return steps  # type: ignore[no-any-return]
+        sb._call_limit = -1  # whatever happened, the next call reads the heap again
+        if type(res) is tuple and res[0] == YIELDED:
+            steps, peak = res[1], res[2]
+            self._wall_s += wall
+            self._steps += steps
+            if peak > self.peak_bytes:
+                self.peak_bytes = peak
+            self.status = "yielded"
+            if all_scalar(res, 3):
+                values = res[3:]
+            else:
+                sb._loosen()
+                values = resume_values(sb, res)
+            return _tuple_new(Outcome, ("yielded", values, None, (),
+                                        _tuple_new(Stats, (steps, peak, wall))))
+        return self._ended(res, first, wall, sb._call_growth_limited)
+
+    def _called(self, outcome: Outcome) -> Outcome:
+        # The end of a call that took resume's way: its clock reading, and its reports
+        # left in the run's list (a call's always are; see call).
+        self.ended_at = self.sandbox._clock()
+        return outcome._replace(reports=()) if outcome.reports else outcome
 
     def _resume(self, args: tuple[Any, ...], budget: Budget | None) -> Outcome:
         sb = self.sandbox
@@ -303,8 +425,8 @@ class Run(ReportLines):
             steps, peak = res[1], res[2]
             self._wall_s += wall
             self._steps += steps
-            if peak > self._peak:
-                self._peak = peak
+            if peak > self.peak_bytes:
+                self.peak_bytes = peak
             self.status = "yielded"
             if len(res) == 3:
                 values: tuple[Any, ...] = ()
@@ -368,8 +490,8 @@ class Run(ReportLines):
                                 budget.alloc_bytes if growth_limited else budget.max_memory)
         stats = outcome.stats
         self._steps += stats.steps
-        if stats.memory_peak_bytes > self._peak:
-            self._peak = stats.memory_peak_bytes
+        if stats.memory_peak_bytes > self.peak_bytes:
+            self.peak_bytes = stats.memory_peak_bytes
         status = self.status = outcome.status
         if status in FINISHED:
             sb._close_run(self)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import MethodType
 from typing import Any
 
@@ -82,7 +82,8 @@ class Sandbox:
         "_deadline", "_dropped", "_entries", "_env", "_excluded_s", "_excluded_start",
         "_failed", "_fixed_limit", "_generation", "_h_check_argument", "_h_close", "_h_compile",
         "_h_drop_kept", "_h_expire", "_h_extend", "_h_flat_argument", "_h_keep_function", "_pairs",
-        "_h_kept_count", "_h_resume", "_h_set_budget", "_h_start", "_h_start_kept",
+        "_h_kept_count", "_h_resume", "_h_call", "_call_limit", "_call_growth_limited",
+        "_h_set_budget", "_h_start", "_h_start_kept",
         "_host_functions", "_limit", "_loose_limit", "_lua_budget", "_max_memory",
         "_not_enough_memory", "_rt", "_running", "_runs", "_slow_name", "_start",
         "_wall_s_limit", "budget", "deterministic", "jit", "preempt", "replacements", "seed",
@@ -164,6 +165,11 @@ class Sandbox:
         self._h_start = host[b"start"]
         self._h_close = host[b"close"]
         self._h_resume = host[b"resume"]
+        self._h_call = host[b"call"]
+        # The allocator's limit Run.call set last (-1: none yet, or another path changed it
+        # since), and whether it is the growth allowance (see _limit_calls).
+        self._call_limit = -1
+        self._call_growth_limited = False
         self._h_set_budget = host[b"set_budget"]
         self._h_expire = host[b"expire"]
         self._limit = self.budget.max_memory
@@ -237,6 +243,12 @@ class Sandbox:
         self._runs.clear()
         self._open_runtime()
         self.replacements += 1
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The meter's clock, in seconds: what the wall budget runs on, and what
+        :meth:`Run.call` takes its ``start`` on."""
+        return self._clock
 
     @property
     def functions_held(self) -> int:
@@ -461,6 +473,26 @@ class Sandbox:
         if self._current_limit != self._loose_limit:
             self._rt.set_max_memory(self._loose_limit, True)
             self._current_limit = self._loose_limit
+
+    def _limit_calls(self, heap_bytes: int) -> None:
+        """The allocator's limit for the next :meth:`Run.call`, from the heap it starts
+        with: the growth allowance rounded up to 64 KiB, and 64 KiB more (the prelude tells
+        the host the heap only when it moves to another 64 KiB block, so the heap a call
+        starts from may be up to 64 KiB above this one: the allocator must never stop a
+        call short of its allowance; the meter's own check is exact), or the heap cap."""
+        limit = self._fixed_limit
+        growth_limited = False
+        if limit is None:
+            limit = ((int(heap_bytes) + self._alloc_bytes) | 0xFFFF) + 1 + 0x10000
+            growth_limited = limit < self._max_memory
+            if not growth_limited:
+                limit = self._max_memory
+        self._limit = limit
+        self._call_growth_limited = growth_limited
+        if self._current_limit != limit:
+            self._rt.set_max_memory(limit, True)
+            self._current_limit = limit
+        self._call_limit = limit
 
     def _send_budget(self, budget: Budget) -> None:
         total = -1 if budget.total_steps is None else budget.total_steps

@@ -35,7 +35,7 @@ function host.start(fn)
   next_run = next_run + 1
   local co = co_create(fn)
   host_cos[co] = true
-  runs[next_run] = { co = co, main = main_of[fn] or fn, total = 0 }
+  runs[next_run] = { co = co, main = main_of[fn] or fn, total = 0, peak = 0 }
   return next_run
 end
 
@@ -134,7 +134,7 @@ local YIELDED, DONE, PREEMPTED, BUDGET, FAILED, BAD_VALUE, CLOSED = 1, 2, 3, 4, 
 
 -- The bookkeeping around a resume lives in begin and settle, small functions that take no
 -- varargs and call no coroutine function: the JIT compiles each of them, where host.resume
--- and finish_resume stay interpreted (coroutine.resume cannot be compiled). The heap is
+-- and the ends below stay interpreted (coroutine.resume cannot be compiled). The heap is
 -- read by their callers: a library call inside them would split their traces.
 
 -- Accounts a resume that just ended, with the heap (KiB) at its end; returns whether it
@@ -150,57 +150,6 @@ local function settle(run, ok, kb)
   if m_used < 0 then m_used = 0 end
   run.total = run.total + m_used
   return ok and not tripped and kb <= m_alloc_kb
-end
-
-local function finish_resume(run, ok, ...)
-  local kb = collectgarbage("count")
-  local plain = settle(run, ok, kb)
-  local stats_steps, stats_peak = m_used, m_peak_kb * 1024
-  if plain and select("#", ...) == 0 then
-    -- Most resumes: nothing yielded or returned. A yield of nothing answers with the
-    -- two figures alone (no status first).
-    if co_status(run.co) == "suspended" then return stats_steps, stats_peak end
-    run.dead = true
-    return DONE, stats_steps, stats_peak
-  end
-  if not ok and not tripped and is_memory_error((...)) then
-    tripped = true
-    t_kind, t_limit, t_used = "memory", memory_trip_figures()
-    t_chunk, t_line = nil, nil
-  elseif not tripped and kb > m_alloc_kb then
-    -- Grew past the allowance between polls and finished before the next one.
-    tripped = true
-    t_kind, t_limit, t_used = "memory", b_alloc_bytes, floor((kb - m_start_kb) * 1024)
-    t_chunk, t_line = nil, nil
-  end
-  if tripped then
-    local frames = frames_of(run.co, run.main)
-    if t_chunk == nil then
-      for i = 1, #frames do
-        if frames[i].line then t_chunk, t_line = frames[i].chunk, frames[i].line break end
-      end
-    end
-    return BUDGET, stats_steps, stats_peak, {
-      kind = t_kind, limit = t_limit, used = t_used, chunk = t_chunk, line = t_line,
-      traceback = frames,
-    }
-  end
-  if not ok then
-    return FAILED, stats_steps, stats_peak, {
-      message = error_text((...)), traceback = frames_of(run.co, run.main),
-    }
-  end
-  if (...) == PREEMPT and select("#", ...) == 1 and co_status(run.co) == "suspended" then
-    return PREEMPTED, stats_steps, stats_peak
-  end
-  local status = YIELDED
-  if co_status(run.co) == "dead" then
-    status = DONE
-    run.dead = true
-  end
-  local problem = check_values(...)
-  if problem then return BAD_VALUE, stats_steps, stats_peak, problem, status end
-  return status, stats_steps, stats_peak, ...
 end
 
 function host.set_budget(steps, wall_s, total_limit, preempt, alloc_bytes, max_memory)
@@ -239,15 +188,110 @@ local function begin(run, start, growth_limited, kb)
   m_active = true
 end
 
--- Resumes run `id` with a fresh budget; `start` is the host's clock reading as it began.
--- Returns the status, steps used, peak heap bytes, then for done/yielded the values, for
--- the other statuses the error info (a table, or a message for bad_value). A yield of no
--- values, the commonest end, returns the two figures alone, without the status.
-function host.resume(id, start, growth_limited, ...)
-  local run = runs[id]
-  if not run or run.dead then return CLOSED end
-  begin(run, start, growth_limited, collectgarbage("count"))
-  return finish_resume(run, co_resume(run.co, ...))
+-- The ends of a resume, fields of one table: the prelude's one chunk is at Lua's limit
+-- of 200 locals.
+local ends = {}
+do
+  -- Every end of a resume but a yield of nothing: done, values, an error or a trip, as the
+  -- status first, the two figures, then the values or the error info. `plain` is what
+  -- settle answered.
+  function ends.other(run, ok, kb, plain, ...)
+    local stats_steps, stats_peak = m_used, m_peak_kb * 1024
+    if plain and select("#", ...) == 0 then
+      run.dead = true  -- it returned: a yield of nothing is answered before this
+      return DONE, stats_steps, stats_peak
+    end
+    if not ok and not tripped and is_memory_error((...)) then
+      tripped = true
+      t_kind, t_limit, t_used = "memory", memory_trip_figures()
+      t_chunk, t_line = nil, nil
+    elseif not tripped and kb > m_alloc_kb then
+      -- Grew past the allowance between polls and finished before the next one.
+      tripped = true
+      t_kind, t_limit, t_used = "memory", b_alloc_bytes, floor((kb - m_start_kb) * 1024)
+      t_chunk, t_line = nil, nil
+    end
+    if tripped then
+      local frames = frames_of(run.co, run.main)
+      if t_chunk == nil then
+        for i = 1, #frames do
+          if frames[i].line then t_chunk, t_line = frames[i].chunk, frames[i].line break end
+        end
+      end
+      return BUDGET, stats_steps, stats_peak, {
+        kind = t_kind, limit = t_limit, used = t_used, chunk = t_chunk, line = t_line,
+        traceback = frames,
+      }
+    end
+    if not ok then
+      return FAILED, stats_steps, stats_peak, {
+        message = error_text((...)), traceback = frames_of(run.co, run.main),
+      }
+    end
+    if (...) == PREEMPT and select("#", ...) == 1 and co_status(run.co) == "suspended" then
+      return PREEMPTED, stats_steps, stats_peak
+    end
+    local status = YIELDED
+    if co_status(run.co) == "dead" then
+      status = DONE
+      run.dead = true
+    end
+    local problem = check_values(...)
+    if problem then return BAD_VALUE, stats_steps, stats_peak, problem, status end
+    return status, stats_steps, stats_peak, ...
+  end
+
+  function ends.resume(run, ok, ...)
+    local kb = collectgarbage("count")
+    local plain = settle(run, ok, kb)
+    -- Most resumes: nothing yielded or returned. A yield of nothing answers with the two
+    -- figures alone (no status first).
+    if plain and select("#", ...) == 0 and co_status(run.co) == "suspended" then
+      return m_used, m_peak_kb * 1024
+    end
+    return ends.other(run, ok, kb, plain, ...)
+  end
+
+  -- The end of a call (host.call): a yield of nothing answers the steps alone, unless the
+  -- run's peak heap passed the highest it answered before, or the heap moved to another
+  -- 64 KiB than at the runtime's last call: then FIGURES, the steps, the peak and the heap
+  -- (bytes). The host sets the allocator's limit for the next call from the heap.
+  ends.FIGURES = 0  -- (a field: the prelude's chunk has no room for another local)
+  ends.heap_block = -1
+  function ends.call(run, ok, ...)
+    local kb = collectgarbage("count")
+    local plain = settle(run, ok, kb)
+    if plain and select("#", ...) == 0 and co_status(run.co) == "suspended" then
+      local peak, block = m_peak_kb * 1024, floor(kb / 64)
+      if peak > run.peak or block ~= ends.heap_block then
+        if peak > run.peak then run.peak = peak end
+        ends.heap_block = block
+        return ends.FIGURES, m_used, run.peak, kb * 1024
+      end
+      return m_used
+    end
+    return ends.other(run, ok, kb, plain, ...)
+  end
+
+  -- Resumes run `id` with a fresh budget; `start` is the host's clock reading as it began.
+  -- Returns the status, steps used, peak heap bytes, then for done/yielded the values, for
+  -- the other statuses the error info (a table, or a message for bad_value). A yield of no
+  -- values, the commonest end, returns the two figures alone, without the status.
+  function host.resume(id, start, growth_limited, ...)
+    local run = runs[id]
+    if not run or run.dead then return CLOSED end
+    begin(run, start, growth_limited, collectgarbage("count"))
+    return ends.resume(run, co_resume(run.co, ...))
+  end
+
+  -- host.resume for a host that resumes a run over and over (Run.call), with the shortest
+  -- answers for the commonest end (see ends.call); false for a run that is gone.
+  function host.call(id, start, growth_limited, ...)
+    local run = runs[id]
+    if not run or run.dead then return false end
+    begin(run, start, growth_limited, collectgarbage("count"))
+    return ends.call(run, co_resume(run.co, ...))
+  end
 end
 
 -------------------------------------------------------------------------------------------

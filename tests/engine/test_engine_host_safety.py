@@ -213,6 +213,27 @@ def test_report_caps_are_per_call_and_drops_are_counted(game_of):
         assert report.reports_dropped == {"chatty": 500}
 
 
+def test_each_line_is_reported_once_whichever_way_the_call_went(game_of):
+    # A mod's lone tick handler takes the engine's shortest path; on the ticks its timer is
+    # due, or after a failure, the general one: no line is lost or reported twice.
+    game = game_of()
+    game.load_mod("mixed", """
+      local n = 0
+      on("tick", function(t)
+        n = n + 1
+        report("tick " .. t)
+        if n % 5 == 0 then error("every fifth") end
+      end)
+      every(3, function(t) report("timer " .. t) end)
+    """)
+    for t in range(1, 13):
+        report = game.tick()
+        lines = [line for mod, line in report.reports if mod == "mixed"]
+        expected = [f"tick {t}"] + ([f"timer {t}"] if t % 3 == 0 else [])
+        assert lines == expected, (t, lines)
+        assert len(report.failures) == (1 if t % 5 == 0 else 0)
+
+
 def test_a_quiet_tick_drops_nothing(game_of):
     game = game_of()
     game.load_mod("quiet", 'on("tick", function() report("one line") end)')
