@@ -399,3 +399,57 @@ def test_sandboxes_share_nothing():
 def test_environment_is_fresh_table_with_self_reference(make_sandbox):
     out = make_sandbox().run("return _G == _G._G, _G.string == string")
     assert out.values == (True, True)
+
+
+# Run.call: the resume of a host that resumes one run over and over (the engine's tick
+# handlers). The same budgets, the same ends; a yield of nothing answers the steps alone.
+_CALLED = """
+local big = {}
+while true do
+  local what, n = coroutine.yield()
+  if what == 1 then report("line " .. n)
+  elseif what == 2 then while true do end
+  elseif what == 3 then error("bad " .. n)
+  elseif what == 4 then big[#big + 1] = ("x"):rep(n)  -- n bytes more, kept
+  end
+end
+"""
+
+
+def test_a_call_keeps_the_budgets_and_ends_of_a_resume(make_sandbox):
+    sb = make_sandbox(Budget(steps=100_000, alloc_bytes="1MB"))
+    run = sb.start(_CALLED)
+    assert run.resume().status == "yielded"
+    for n in range(1, 200):
+        steps = run.call(sb.clock(), 1, n)
+        assert type(steps) is int and steps > 0
+        assert run.reports == [f"line {n}"]  # this call's alone
+    assert run.ended_at >= run.sandbox.clock() - 60
+    # Allocations within the allowance never trip, wherever the heap stands; past it, a
+    # call trips as a resume does.
+    for _ in range(40):
+        assert type(run.call(sb.clock(), 4, 300 << 10)) is int
+    out = run.call(sb.clock(), 4, 1200 << 10)
+    assert out.status == "budget" and out.budget == "memory", out
+    run = sb.start(_CALLED)
+    run.resume()
+    out = run.call(sb.clock(), 3, 7)
+    assert out.status == "error" and "bad 7" in out.error.message
+    run = sb.start(_CALLED)
+    run.resume()
+    run.call(sb.clock(), 1, 1)
+    out = run.call(sb.clock(), 2)
+    assert out.status == "budget" and out.budget == "steps" and out.error.line == 6
+    assert run.reports == [] and run.finished
+
+
+def test_call_reports_are_capped_per_call(make_sandbox):
+    from moonbox.sandbox._run import MAX_REPORTS, REPORTS_DROPPED
+
+    sb = make_sandbox(Budget(steps=1_000_000))
+    run = sb.start("while true do coroutine.yield() for i = 1, 1500 do report(i) end end")
+    run.resume()
+    for _ in range(3):
+        assert type(run.call(sb.clock())) is int
+        assert len(run.reports) == MAX_REPORTS + 1 and run.reports[-1] == REPORTS_DROPPED
+        assert run.reports[0] == "1" and run.reports_dropped_now == 500
