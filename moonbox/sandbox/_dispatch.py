@@ -207,13 +207,16 @@ def dispatch(sb: SandboxState, index: int, *args: Any) -> Any:
     one Python object the runtime holds)."""
     # The answer: the results themselves (one value as it is, several or none as a
     # tuple lupa unpacks), or (the prelude's failure marker, message) on a failure.
+    flat = index < 0  # a call (a, t) with t flat, as (a, n, k1, v1, ...): see flat_arguments
+    if flat:
+        index = ~index
     hf, name, lane = sb._entries[index]
     call = sb._call
     call.run = sb._running
     call.name = name
     try:
         # The hot path of every binding call: kept flat on purpose.
-        result = None if lane is None else lane(call, args)
+        result = None if lane is None or flat else lane(call, args)  # lanes take no tables
         kind = type(result)
         if kind is float or kind is bool or (
             kind is int and MIN_EXACT_INT <= result <= MAX_EXACT_INT
@@ -221,10 +224,13 @@ def dispatch(sb: SandboxState, index: int, *args: Any) -> Any:
             return result  # a lane's one number or boolean: the commonest answer
         if result is None:
             call.mod = None
-            for value in args:
-                if value is not None and type(value) not in SCALARS:
-                    args = plain_arguments(sb, args, hf)
-                    break
+            if flat:
+                args = flat_arguments(sb, args, hf)
+            else:
+                for value in args:
+                    if value is not None and type(value) not in SCALARS:
+                        args = plain_arguments(sb, args, hf)
+                        break
             result = hf(call, args)
         elif kind is not tuple:
             result = (result,)
@@ -261,6 +267,19 @@ def dispatch(sb: SandboxState, index: int, *args: Any) -> Any:
             # One host call can take long for one step, and the meter polls the clock
             # only every K steps: tell it now that the time is up.
             sb._h_expire()
+
+
+def flat_arguments(sb: SandboxState, args: tuple[Any, ...], hf: HostFunction) -> tuple[Any, Any]:
+    """The arguments of a call ``(a, t)`` whose table ``t`` is flat, which the prelude hands
+    over as its pairs in the same crossing (``a, n, k1, v1, ...``, as ``host.flat_argument``
+    answers): as plain data, exactly as :func:`plain_arguments` makes them."""
+    first = args[0]
+    kind = type(first)
+    if kind is bytes:
+        first = first.decode("utf-8", "replace")
+    elif first is not None and kind not in SCALARS:
+        first = argument(sb, first, 1, hf)
+    return (first, from_pairs(args[1:]))
 
 
 def plain_arguments(sb: SandboxState, args: tuple[Any, ...], hf: HostFunction) -> tuple[Any, ...]:

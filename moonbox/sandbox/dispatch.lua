@@ -36,57 +36,6 @@ end
 -- unwind through the Python interpreter.
 local HOST_CALL_MARGIN_KB = config.host_call_margin_bytes / 1024
 
-local function make_host_function(id, cost)
-  if not (cost < MAX_CHARGE) then
-    cost = MAX_CHARGE
-  elseif not (cost > 0) then
-    cost = 0
-  end
-  return function(...)
-    local c = cell[0] - cost
-    if c < 0 then
-      overdrawn(c)
-    else
-      cell[0] = c
-    end
-    local kb = collectgarbage("count")
-    if kb > host_call_max_kb then
-      if m_growth_limited then
-        set_trip("memory", b_alloc_bytes, floor((kb - m_start_kb) * 1024))
-      else
-        set_trip("memory", b_max_memory, floor(kb * 1024))
-      end
-      raise_trip()
-    end
-    return finish(dispatch(id, ...))
-  end
-end
-
-function host.make_host_function(id, cost)
-  return make_host_function(id, cost)
-end
-
-host.host_failed = HOST_FAILED
-
--- Checking is host work, bounded by the value limits: the count hook does not meter it.
-local function unmetered(was_active, ok, ...)
-  m_active = was_active
-  if not ok then error((...), 0) end
-  return ...
-end
-
--- Checks a table argument of a host call (strictly: no functions, coroutines or userdata);
--- nil, or a message. The mod pays one step per table entry checked, in both metering modes:
--- a huge argument costs what it weighs, not one step.
-function host.check_argument(value)
-  local was_active = m_active
-  m_active = false
-  local problem, items = unmetered(was_active, pcall(check_export, value, true,
-    VALUE_MAX_DEPTH, VALUE_MAX_ITEMS, VALUE_MAX_BYTES, 1))
-  if m_active then charge(items) end
-  return problem
-end
-
 -- A flat table argument (the common case: `{x = 1, name = "a"}`) in one call: its pairs
 -- as multiple values after their count, when it has at most FLAT_MAX entries, string or
 -- number keys and boolean, number or string values, within the byte limit; else nil (and
@@ -113,6 +62,79 @@ local function flat_pairs(t)
   end
   if bytes > VALUE_MAX_BYTES then return nil end
   return n
+end
+
+-- A call whose last of two arguments is a flat table (`coreai_world_change(name, {x = 1})`)
+-- hands the table over as its pairs in the same crossing: the dispatcher gets index
+-- `-1 - id`, the first argument, the count and the pairs (what host.flat_argument would
+-- answer the host, without the host asking). Checked and charged as flat_argument is.
+local make_host_function  -- (in a block: the prelude's chunk has no room for more locals)
+do
+  local function flat_call(id, a, t)
+    local was_active = m_active
+    m_active = false
+    local ok, n = pcall(flat_pairs, t)
+    m_active = was_active
+    if not ok then return fail(n) end
+    if n == nil or n == 0 then return finish(dispatch(id, a, t)) end
+    if m_active then charge(n) end
+    return finish(dispatch(-1 - id, a, n, unpack_(flat, 1, 2 * n)))
+  end
+
+  function make_host_function(id, cost)
+    if not (cost < MAX_CHARGE) then
+      cost = MAX_CHARGE
+    elseif not (cost > 0) then
+      cost = 0
+    end
+    return function(...)
+      local c = cell[0] - cost
+      if c < 0 then
+        overdrawn(c)
+      else
+        cell[0] = c
+      end
+      local kb = collectgarbage("count")
+      if kb > host_call_max_kb then
+        if m_growth_limited then
+          set_trip("memory", b_alloc_bytes, floor((kb - m_start_kb) * 1024))
+        else
+          set_trip("memory", b_max_memory, floor(kb * 1024))
+        end
+        raise_trip()
+      end
+      if select("#", ...) == 2 then
+        local a, t = ...
+        if type(t) == "table" then return flat_call(id, a, t) end
+      end
+      return finish(dispatch(id, ...))
+    end
+  end
+end
+
+function host.make_host_function(id, cost)
+  return make_host_function(id, cost)
+end
+
+host.host_failed = HOST_FAILED
+
+-- Checking is host work, bounded by the value limits: the count hook does not meter it.
+local function unmetered(was_active, ok, ...)
+  m_active = was_active
+  if not ok then error((...), 0) end
+  return ...
+end
+
+-- Checks a table argument of a host call (strictly: no functions, coroutines or userdata);
+-- nil, or a message. The mod pays one step per table entry checked, in both metering modes:
+-- a huge argument costs what it weighs, not one step.
+function host.check_argument(value)
+  local was_active = m_active
+  m_active = false
+  local problem, items = unmetered(was_active, pcall(check_export, value, true,
+    VALUE_MAX_DEPTH, VALUE_MAX_ITEMS, VALUE_MAX_BYTES, 1))
+  if m_active then charge(items) end
+  return problem
 end
 
 function host.flat_argument(t)

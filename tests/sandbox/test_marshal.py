@@ -189,3 +189,50 @@ def test_flat_path_limits():
     with Sandbox(value_limits=ValueLimits(max_bytes=10)) as sb:
         binary = sb._h_flat_argument(sb._rt.eval('{["\\255"] = "\\254"}'))
         assert impl.from_pairs(binary) == {"\ufffd": "\ufffd"}
+
+
+class _Probe:
+    """A host function that keeps the arguments of each call."""
+
+    name = "probe"
+    cost = 1
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __call__(self, call, args):
+        self.calls.append(args)
+        return (len(self.calls),)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_near_flat)
+def test_a_flat_last_argument_crosses_with_its_call_as_the_argument_path_copies_it(value):
+    # probe(a, t) hands a flat t over as its pairs in the call's own crossing; probe(a, t,
+    # nil) takes the argument path (the host asks for the pairs, or copies entry by entry).
+    # The host function gets the same data either way, and the mod pays the same steps.
+    probe = _Probe()
+    with Sandbox(host_functions=[probe], value_limits=ValueLimits(max_bytes=64)) as sb:
+        two = sb.run("local t = ... return probe('a', t)", args=[value])
+        three = sb.run("local t = ... return probe('a', t, nil)", args=[value])
+    assert two.status == three.status
+    if two.status != "done":
+        assert str(two.error) == str(three.error)
+        return
+    assert two.value == 1 and three.value == 2
+    fast, full = probe.calls[0], probe.calls[1][:2]
+    assert type(fast[1]) is type(full[1])
+    assert repr(fast) == repr(full) or fast == full
+    assert two.stats.steps == three.stats.steps
+
+
+def test_a_flat_last_argument_keeps_its_shape_and_limits():
+    probe = _Probe()
+    with Sandbox(host_functions=[probe], value_limits=ValueLimits(max_bytes=10)) as sb:
+        for src in ("probe('n', {x = 1, name = 'ab'})", "probe(1, {3, 2, 1})", "probe(nil, {})",
+                    "probe({1}, {y = true})", "probe('s', {x = {1}})"):
+            assert sb.run(src).status == "done", src
+        too_long = sb.run("probe('s', {long = ('x'):rep(20)})")
+    assert probe.calls == [("n", {"x": 1, "name": "ab"}), (1, [3, 2, 1]), (None, {}),
+                           ([1], {"y": True}), ("s", {"x": [1]})]
+    assert too_long.status == "error" and "argument 2" in too_long.error.message
