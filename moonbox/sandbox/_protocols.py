@@ -59,6 +59,7 @@ class SandboxState(Protocol):
     _h_call: Any
     _call_limit: int
     _call_growth_limited: bool
+    _call_fresh: bool
     _h_extend: Any
     _h_expire: Any
     _h_close: Any
@@ -92,4 +93,4 @@ class SandboxState(Protocol):
 
     def _send_budget(self, budget: Budget) -> None: ...
 
-    def _limit_calls(self, heap_bytes: int) -> None: ...
+    def _limit_calls(self, heap_bytes: int, fresh: bool = False) -> None: ...

@@ -270,7 +270,7 @@ class Run(ReportLines):
         sb._start = start
         sb._deadline = start + sb._wall_s_limit
         try:
-            res = sb._h_call(self._id, start, sb._call_growth_limited, *args)
+            res = sb._h_call(self._id, start, sb._call_growth_limited, sb._call_fresh, *args)
         except lua.LuaMemoryError:
             res = None
         except lua.LuaError as exc:
@@ -295,7 +295,7 @@ class Run(ReportLines):
         if (sb._running is not None or not self._open or sb._lua_budget is not sb.budget
                 or sb._dropped or sb._watchdog is not None or len(args) > _FAST_ARGS):
             return self._called(self.resume(*args))
-        sb._limit_calls(sb._rt.get_memory_used(True))
+        sb._limit_calls(sb._rt.get_memory_used(True), fresh=True)
         if sb._call_limit != sb._current_limit:
             return self._called(self.resume(*args))
         if self.status == "new":
@@ -308,11 +308,12 @@ class Run(ReportLines):
         self.resumes += 1
         first = len(self.reports)  # its reports are the run's to take (see call)
         if wall > sb._late_s:
+            answer = res  # as resume's answer has it, for _late
             if type(res) is int:
-                res = (res, self.peak_bytes)  # the figures as resume's answer has them
+                answer = (res, self.peak_bytes)
             elif type(res) is tuple and res[0] == FIGURES:
-                res = res[1:3]
-            late = self._late(res, first, wall, sb._call_growth_limited, sb._late_s)
+                answer = res[1:3]
+            late = self._late(answer, first, wall, sb._call_growth_limited, sb._late_s)
             if late is not None:
                 return late
         if type(res) is int:

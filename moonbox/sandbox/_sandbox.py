@@ -83,6 +83,7 @@ class Sandbox:
         "_failed", "_fixed_limit", "_generation", "_h_check_argument", "_h_close", "_h_compile",
         "_h_drop_kept", "_h_expire", "_h_extend", "_h_flat_argument", "_h_keep_function", "_pairs",
         "_h_kept_count", "_h_resume", "_h_call", "_call_limit", "_call_growth_limited",
+        "_call_fresh",
         "_h_set_budget", "_h_start", "_h_start_kept",
         "_host_functions", "_limit", "_loose_limit", "_lua_budget", "_max_memory",
         "_not_enough_memory", "_rt", "_running", "_runs", "_slow_name", "_start",
@@ -170,6 +171,7 @@ class Sandbox:
         # since), and whether it is the growth allowance (see _limit_calls).
         self._call_limit = -1
         self._call_growth_limited = False
+        self._call_fresh = True  # the limit's heap was read by the host, not answered
         self._h_set_budget = host[b"set_budget"]
         self._h_expire = host[b"expire"]
         self._limit = self.budget.max_memory
@@ -474,7 +476,7 @@ class Sandbox:
             self._rt.set_max_memory(self._loose_limit, True)
             self._current_limit = self._loose_limit
 
-    def _limit_calls(self, heap_bytes: int) -> None:
+    def _limit_calls(self, heap_bytes: int, fresh: bool = False) -> None:
         """The allocator's limit for the next :meth:`Run.call`, from the heap it starts
         with: the growth allowance rounded up to 64 KiB, and 64 KiB more (the prelude tells
         the host the heap only when it moves to another 64 KiB block, so the heap a call
@@ -493,6 +495,9 @@ class Sandbox:
             self._rt.set_max_memory(limit, True)
             self._current_limit = limit
         self._call_limit = limit
+        # Read by the host (fresh): the prelude's note of the heap's block may be stale, and
+        # the next call's end answers the heap whatever block it is in (see runs.lua).
+        self._call_fresh = fresh
 
     def _send_budget(self, budget: Budget) -> None:
         total = -1 if budget.total_steps is None else budget.total_steps

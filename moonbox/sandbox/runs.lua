@@ -285,10 +285,14 @@ do
   end
 
   -- host.resume for a host that resumes a run over and over (Run.call), with the shortest
-  -- answers for the commonest end (see ends.call); false for a run that is gone.
-  function host.call(id, start, growth_limited, ...)
+  -- answers for the commonest end (see ends.call); false for a run that is gone. `fresh`:
+  -- the host read the heap itself since the last answer with FIGURES (something else ran
+  -- or allocated in the runtime meanwhile), so this call's end answers the heap whatever
+  -- block it is in.
+  function host.call(id, start, growth_limited, fresh, ...)
     local run = runs[id]
     if not run or run.dead then return false end
+    if fresh then ends.heap_block = -1 end
     begin(run, start, growth_limited, collectgarbage("count"))
     return ends.call(run, co_resume(run.co, ...))
   end

@@ -453,3 +453,18 @@ def test_call_reports_are_capped_per_call(make_sandbox):
         assert type(run.call(sb.clock())) is int
         assert len(run.reports) == MAX_REPORTS + 1 and run.reports[-1] == REPORTS_DROPPED
         assert run.reports[0] == "1" and run.reports_dropped_now == 500
+
+
+def test_calls_keep_their_allowance_while_other_runs_move_the_heap(make_sandbox):
+    # Between two calls another run may grow or free the heap by any amount: the host reads
+    # the heap again then, and the call never stops short of its allowance.
+    sb = make_sandbox(Budget(steps=1_000_000, alloc_bytes="1MB", max_memory="256MB"))
+    run = sb.start(_CALLED)
+    run.resume()
+    for i in range(12):
+        # 0.4 MB more held at each step, all of it let go at every fourth
+        kept = "h1, h2, h3 = nil, nil, nil" if i % 4 == 3 else f"h{i % 4 + 1} = ('y'):rep(400000)"
+        out = sb.run(kept)
+        assert out.status == "done", out
+        for _ in range(3):
+            assert type(run.call(sb.clock(), 4, 450 << 10)) is int, i
