@@ -31,6 +31,7 @@ class Backend(Protocol):
     """What the coordinator needs of a backend."""
 
     name: str
+    parallel: bool  # whether the shards of one call run at once (else one after the other)
 
     def start(self, configs: list[dict[str, Any]]) -> None: ...
     def call(self, method: str, args: dict[int, tuple[Any, ...]]) -> dict[int, Any]: ...
@@ -43,6 +44,7 @@ class LocalBackend:
     """Every shard in this process, called one after the other."""
 
     name = "local"
+    parallel = False
 
     def __init__(self) -> None:
         self._shards: list[Shard] = []
@@ -109,6 +111,7 @@ class RayBackend:
     """
 
     name = "ray"
+    parallel = True
 
     def __init__(self, *, max_restarts: int = 3, num_cpus: float = 0.5,
                  shard_options: Mapping[int, Mapping[str, Any]] | None = None) -> None:

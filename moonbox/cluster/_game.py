@@ -63,7 +63,12 @@ class ShardedGame:
         self.lost: dict[int, list[str]] = {}  # shard -> its mods, once its restarts ran out
         self.recoveries: list[dict[str, Any]] = []
         self.checkpoints: list[dict[str, Any]] = []  # tick, bytes (all shards), ms (slowest)
-        self.coordinator_ms: list[float] = []  # per tick: its own time, beside the slowest
+        self.coordinator_ms: list[float] = []  # per tick: its own work (forwarding events)
+        self.tick_wall_ms: list[float] = []  # per tick: the whole tick, calls included
+        # per tick: the wall less the shards' own time (the slowest's when they run at
+        # once, all of theirs when one after the other): the calls and their answers
+        self.overhead_ms: list[float] = []
+        self.skew_ms: list[float] = []  # per tick: slowest shard's own time less fastest's
         self._host: list[tuple[str, Any]] = []  # host events for the next tick
         self._inputs: dict[int, list[tuple[str, Any]]] = {}  # tick -> host events since cp
         self._forward: dict[int, list[tuple[str, Any]]] = {i: [] for i in self.live}
@@ -154,6 +159,41 @@ class ShardedGame:
             f["restarts"] = self.backend.restarts(i)
         return out
 
+    def observe(self) -> dict[str, Any]:
+        """The game's figures as plain data, what ``moonbox cluster --json`` and the
+        dashboard show: each live shard's (mods, ticks, own ms per tick: mean and max,
+        restarts, pid, the tick it was restored from), the skew between shards (per tick,
+        the slowest shard's own time less the fastest's: mean and max), the coordinator's
+        cost (per tick: its own work, and the wall less the shards' own time, in all and
+        per shard: the calls and their answers), the checkpoints (tick, bytes of
+        all shards, ms of the slowest), recoveries and lost shards. Every ms figure is a
+        mean over the ticks run since the game was made (replayed ticks included)."""
+        def mean(values: list[float]) -> float:
+            return round(sum(values) / len(values), 4) if values else 0.0
+
+        shards = []
+        for i, f in sorted(self.figures().items()):
+            shards.append({"shard": i, "mods": f["mods"],
+                           "mod_ids": [m.id for m in self.placed[i]], "tick": f["tick"],
+                           "ticks_run": f["ticks_run"], "ms_per_tick": round(f["ms_mean"], 4),
+                           "ms_max": round(f["ms_max"], 4), "restarts": f["restarts"],
+                           "pid": f["pid"], "restored_from": f["restored_from"]})
+        overhead = mean(self.overhead_ms)
+        return {
+            "backend": self.backend.name, "tick": self.tick_count, "shards": shards,
+            "skew_ms": mean(self.skew_ms), "skew_max_ms": round(max(self.skew_ms, default=0.0),
+                                                                4),
+            "tick_ms": mean(self.tick_wall_ms),
+            "coordinator_ms_per_tick": mean(self.coordinator_ms),
+            "overhead_ms_per_tick": overhead,
+            "overhead_ms_per_shard_per_tick": round(overhead / len(self.live), 4)
+            if self.live else 0.0,
+            "checkpoints": list(self.checkpoints), "last_checkpoint":
+                self.checkpoints[-1] if self.checkpoints else None,
+            "recoveries": list(self.recoveries),
+            "lost": {str(k): v for k, v in self.lost.items()},
+        }
+
     def info(self) -> dict[int, dict[str, Any]]:
         return self._call("info", {i: () for i in self.live})
 
@@ -170,6 +210,7 @@ class ShardedGame:
     def _run(self, t: int) -> dict[int, dict[str, Any]]:
         host = self._inputs.get(t, [])
         inbox = {i: (self._forward[i] + host,) for i in self.live}
+        called = time.perf_counter()
         try:
             answers = self.backend.call("tick", inbox)
         except ShardsDown as down:
@@ -184,7 +225,14 @@ class ShardedGame:
                     if j != i:
                         self._forward[j] += sent
         self.tick_count = t
-        self.coordinator_ms.append((time.perf_counter() - start) * 1000)
+        end = time.perf_counter()
+        self.coordinator_ms.append((end - start) * 1000)
+        own = [a["ms"] for a in answers.values()]
+        wall = (end - called) * 1000
+        self.tick_wall_ms.append(wall)
+        busy = max(own, default=0.0) if getattr(self.backend, "parallel", True) else sum(own)
+        self.overhead_ms.append(max(0.0, wall - busy))
+        self.skew_ms.append(max(own, default=0.0) - min(own, default=0.0))
         return answers
 
     def _call(self, method: str, args: dict[int, tuple[Any, ...]]) -> dict[int, Any]:

@@ -103,7 +103,8 @@ def play(game: ShardedGame, first: int, last: int) -> None:
     for t in range(first, last + 1):
         for name, data in inputs(t):
             game.emit(name, data)
-        game.tick()
+        answers = game.tick()
+        assert not any(a["failures"] for a in answers.values()), answers  # mods that run
 
 
 def test_a_lost_node_is_survived(two_nodes, tmp_path: Path):
