@@ -162,12 +162,13 @@ class ShardedGame:
     def observe(self) -> dict[str, Any]:
         """The game's figures as plain data, what ``moonbox cluster --json`` and the
         dashboard show: each live shard's (mods, ticks, own ms per tick: mean and max,
-        restarts, pid, the tick it was restored from), the skew between shards (per tick,
-        the slowest shard's own time less the fastest's: mean and max), the coordinator's
-        cost (per tick: its own work, and the wall less the shards' own time, in all and
-        per shard: the calls and their answers), the checkpoints (tick, bytes of
-        all shards, ms of the slowest), recoveries and lost shards. Every ms figure is a
-        mean over the ticks run since the game was made (replayed ticks included)."""
+        CPU ms per tick, restarts, pid, the tick it was restored from); the skew between
+        shards (per tick, the slowest shard's own time less the fastest's: mean and max);
+        the coordinator's cost (per tick: its own work, and the wall less the shards' own
+        time, in all and per shard: the calls and their answers); the checkpoints (tick,
+        bytes of all shards, ms of the slowest), recoveries and lost shards. Every ms
+        figure is a mean over the ticks run since the game was made (replayed ones
+        included). It calls every shard: call it where the game is ticked."""
         def mean(values: list[float]) -> float:
             return round(sum(values) / len(values), 4) if values else 0.0
 
@@ -176,7 +177,9 @@ class ShardedGame:
             shards.append({"shard": i, "mods": f["mods"],
                            "mod_ids": [m.id for m in self.placed[i]], "tick": f["tick"],
                            "ticks_run": f["ticks_run"], "ms_per_tick": round(f["ms_mean"], 4),
-                           "ms_max": round(f["ms_max"], 4), "restarts": f["restarts"],
+                           "ms_max": round(f["ms_max"], 4),
+                           "cpu_ms_per_tick": round(f["cpu_ms_mean"], 4),
+                           "restarts": f["restarts"],
                            "pid": f["pid"], "restored_from": f["restored_from"]})
         overhead = mean(self.overhead_ms)
         return {
