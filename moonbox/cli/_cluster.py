@@ -138,11 +138,12 @@ def _figures(game: Any, backend: str, ticks: int, wall: float) -> dict[str, Any]
 
 
 def _print(doc: dict[str, Any], console: Console) -> None:
-    table = Table("shard", "mods", "ticks", "ms/tick", "max ms", "restarts", "pid")
+    table = Table("shard", "mods", "ticks", "ms/tick", "max ms", "cpu ms/tick", "restarts",
+                  "pid")
     for s in doc["shards"]:
         table.add_row(str(s["shard"]), str(s["mods"]), str(s["ticks"]),
-                      f"{s['ms_per_tick']:.3f}", f"{s['ms_max']:.3f}", str(s["restarts"]),
-                      str(s["pid"]))
+                      f"{s['ms_per_tick']:.3f}", f"{s['ms_max']:.3f}",
+                      f"{s['cpu_ms_per_tick']:.3f}", str(s["restarts"]), str(s["pid"]))
     console.print(table)
     console.print(f"{doc['ticks']} ticks on {len(doc['shards'])} shards ({doc['backend']}) in "
                   f"{doc['seconds']:.2f} s: {doc['ticks_per_s']} ticks/s; skew "
