@@ -134,7 +134,7 @@ def report(mods: int = MODS, ticks: int = 40) -> None:
                     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
                     own = [round(ms / ticks, 1) for ms in own_sum]
                     own_cpu = [round(ms / ticks, 1) for ms in cpu_sum]
-                    over = game.overhead_ms[first:]
+                    over = list(game.overhead_ms)[first:]
                     print(f"{backend:5} {shards} shard(s), {mods} mods, {ticks} ticks: "
                           f"{ticks / wall:6.2f} ticks/s ({wall / ticks * 1000:7.1f} ms per "
                           f"tick; driver CPU {cpu / ticks * 1000:6.1f} ms); shards' own ms "
@@ -146,12 +146,12 @@ def report(mods: int = MODS, ticks: int = 40) -> None:
                                             for i in range(shards)]) as game:
                     first = len(game.tick_wall_ms)
                     game.run(500)
-                    wall = game.tick_wall_ms[first:]
-                    over = game.overhead_ms[first:]
+                    wall = list(game.tick_wall_ms)[first:]
+                    over = list(game.overhead_ms)[first:]
                     print(f"{backend:5} {shards} shard(s) of 1 empty mod: "
                           f"{sum(wall) / len(wall):.3f} ms per tick; coordinator "
                           f"{sum(over) / len(over) / shards:.3f} ms per shard per tick "
-                          f"(its own work {sum(game.coordinator_ms[first:]) / len(wall):.4f}"
+                          f"(its own work {sum(list(game.coordinator_ms)[first:]) / len(wall):.4f}"
                           " ms per tick)")
     finally:
         ray.shutdown()

@@ -4,6 +4,7 @@ takes checkpoints and rolls the game back and replays it when a shard comes back
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,11 @@ from ._backends import Backend, LocalBackend, ShardsDown
 from ._shard import atomic_write, entity_digest
 from ._spec import ClusterError, ModSpec, place
 
-__all__ = ["ShardedGame"]
+__all__ = ["SERIES_TICKS", "ShardedGame"]
 
 _MANIFEST = "coordinator-tick-{:010d}.msgpack"
+SERIES_TICKS = 10_000
+"""Ticks the coordinator's per-tick series keep (the newest), and its means are over."""
 
 
 class ShardedGame:
@@ -63,12 +66,14 @@ class ShardedGame:
         self.lost: dict[int, list[str]] = {}  # shard -> its mods, once its restarts ran out
         self.recoveries: list[dict[str, Any]] = []
         self.checkpoints: list[dict[str, Any]] = []  # tick, bytes (all shards), ms (slowest)
-        self.coordinator_ms: list[float] = []  # per tick: its own work (forwarding events)
-        self.tick_wall_ms: list[float] = []  # per tick: the whole tick, calls included
-        # per tick: the wall less the shards' own time (the slowest's when they run at
-        # once, all of theirs when one after the other): the calls and their answers
-        self.overhead_ms: list[float] = []
-        self.skew_ms: list[float] = []  # per tick: slowest shard's own time less fastest's
+        # Per tick, the newest SERIES_TICKS: the coordinator's own work (forwarding
+        # events); the whole tick, calls included; the wall less the shards' own time (the
+        # slowest's when they run at once, all of theirs when one after the other: the
+        # calls and their answers); the slowest shard's own time less the fastest's.
+        self.coordinator_ms: deque[float] = deque(maxlen=SERIES_TICKS)
+        self.tick_wall_ms: deque[float] = deque(maxlen=SERIES_TICKS)
+        self.overhead_ms: deque[float] = deque(maxlen=SERIES_TICKS)
+        self.skew_ms: deque[float] = deque(maxlen=SERIES_TICKS)
         self._host: list[tuple[str, Any]] = []  # host events for the next tick
         self._inputs: dict[int, list[tuple[str, Any]]] = {}  # tick -> host events since cp
         self._forward: dict[int, list[tuple[str, Any]]] = {i: [] for i in self.live}
@@ -166,10 +171,11 @@ class ShardedGame:
         shards (per tick, the slowest shard's own time less the fastest's: mean and max);
         the coordinator's cost (per tick: its own work, and the wall less the shards' own
         time, in all and per shard: the calls and their answers); the checkpoints (tick,
-        bytes of all shards, ms of the slowest), recoveries and lost shards. Every ms
-        figure is a mean over the ticks run since the game was made (replayed ones
-        included). It calls every shard: call it where the game is ticked."""
-        def mean(values: list[float]) -> float:
+        bytes of all shards, ms of the slowest), recoveries and lost shards. A shard's
+        figures are over the ticks it ran since it was built, the coordinator's over its
+        newest :data:`SERIES_TICKS` (replayed ticks included in both). It calls every
+        shard: call it where the game is ticked."""
+        def mean(values: deque[float]) -> float:
             return round(sum(values) / len(values), 4) if values else 0.0
 
         shards = []

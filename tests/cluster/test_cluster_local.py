@@ -129,3 +129,12 @@ def test_observe_reports_tick_time_skew_and_checkpoints(tmp_path: Path):
         assert [c["tick"] for c in doc["checkpoints"]] == [0, 5, 10] and last["tick"] == 10
         assert last["bytes"] == sum(p.stat().st_size for p in cp.glob("shard-*/tick-0000000010.snap"))
         assert last["ms"] > 0 and not doc["lost"] and not doc["recoveries"]
+
+
+def test_the_per_tick_series_keep_the_newest_ticks(monkeypatch):
+    from moonbox.cluster import _game
+
+    monkeypatch.setattr(_game, "SERIES_TICKS", 5)
+    with run_sharded(2, 8) as game:
+        assert len(game.skew_ms) == len(game.overhead_ms) == len(game.coordinator_ms) == 5
+        assert [s["ticks_run"] for s in game.observe()["shards"]] == [8, 8]
