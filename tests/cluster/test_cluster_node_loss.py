@@ -63,7 +63,9 @@ def two_nodes():
         pytest.skip("a Ray instance of this process is running")
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     seen: dict[int, psutil.Process] = {}
-    cluster = Cluster(initialize_head=True, head_node_args={
+    # No exit hooks: with them Ray would leave its SIGTERM handler and atexit hook in this
+    # process after the test; the test ends what it started itself.
+    cluster = Cluster(initialize_head=True, shutdown_at_exit=False, head_node_args={
         "num_cpus": 2, "include_dashboard": False, "_system_config": HEALTH_CHECKS})
     try:
         second = cluster.add_node(num_cpus=1)
