@@ -104,8 +104,8 @@ def test_mods_names():
 def test_dashboard_names():
     assert moonbox.dashboard.__all__ == [
         "ACTIONS", "DEFAULT_HOST", "DEFAULT_PORT", "INSTALL_HINT", "LOG_KINDS",
-        "MIN_TOKEN_CHARS", "Access", "ActionError", "Dashboard", "Published", "Sources",
-        "VersionHook", "is_loopback",
+        "MIN_TOKEN_CHARS", "Access", "ActionError", "Dashboard", "Published", "ShardSource",
+        "Sources", "VersionHook", "is_loopback",
     ]
     for name in moonbox.dashboard.__all__:
         assert hasattr(moonbox.dashboard, name)

@@ -126,37 +126,30 @@ def cluster(folder: Path, shards: int, ticks: int, seed: int, address: str | Non
 
 
 def _figures(game: Any, backend: str, ticks: int, wall: float) -> dict[str, Any]:
-    shards = []
-    for i, f in sorted(game.figures().items()):
-        shards.append({"shard": i, "mods": f["mods"],
-                       "mod_ids": [m.id for m in game.placed[i]], "ticks": f["tick"],
-                       "ms_per_tick": round(f["ms_mean"], 4), "ms_max": round(f["ms_max"], 4),
-                       "restarts": f["restarts"], "pid": f["pid"]})
-    cms = game.coordinator_ms
-    means = [s["ms_per_tick"] for s in shards]
+    doc = game.observe()
+    for shard in doc["shards"]:
+        shard["ticks"] = shard.pop("tick")
     return {
-        "backend": backend, "ticks": ticks, "seconds": round(wall, 4),
+        **doc, "backend": backend, "ticks": ticks, "seconds": round(wall, 4),
         "ticks_per_s": round(ticks / wall, 2) if wall > 0 else None,
-        "skew_ms": round(max(means) - min(means), 4) if means else 0.0,
-        "coordinator_ms_per_tick": round(sum(cms) / len(cms), 4) if cms else 0.0,
-        "checkpoints": game.checkpoints, "recoveries": game.recoveries,
-        "lost": {str(k): v for k, v in game.lost.items()},
-        "shards": shards, "world_hashes": {str(k): v for k, v in game.world_hashes().items()},
+        "world_hashes": {str(k): v for k, v in game.world_hashes().items()},
         "combined_hash": game.combined_hash(),
     }
 
 
 def _print(doc: dict[str, Any], console: Console) -> None:
-    table = Table("shard", "mods", "ticks", "ms/tick", "max ms", "restarts", "pid")
+    table = Table("shard", "mods", "ticks", "ms/tick", "max ms", "cpu ms/tick", "restarts",
+                  "pid")
     for s in doc["shards"]:
         table.add_row(str(s["shard"]), str(s["mods"]), str(s["ticks"]),
-                      f"{s['ms_per_tick']:.3f}", f"{s['ms_max']:.3f}", str(s["restarts"]),
-                      str(s["pid"]))
+                      f"{s['ms_per_tick']:.3f}", f"{s['ms_max']:.3f}",
+                      f"{s['cpu_ms_per_tick']:.3f}", str(s["restarts"]), str(s["pid"]))
     console.print(table)
     console.print(f"{doc['ticks']} ticks on {len(doc['shards'])} shards ({doc['backend']}) in "
                   f"{doc['seconds']:.2f} s: {doc['ticks_per_s']} ticks/s; skew "
                   f"{doc['skew_ms']:.3f} ms; coordinator {doc['coordinator_ms_per_tick']:.3f} "
-                  "ms per tick")
+                  f"ms per tick, calls {doc['overhead_ms_per_shard_per_tick']:.3f} ms per "
+                  "shard per tick")
     for cp in doc["checkpoints"][-1:]:
         console.print(f"last checkpoint: tick {cp['tick']}, {cp['bytes']} bytes, "
                       f"{cp['ms']:.1f} ms")

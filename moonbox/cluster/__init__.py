@@ -3,12 +3,13 @@ actors (``pip install 'moonbox[ray]'``), with checkpoints on disk and recovery f
 See ``docs/cluster.md``."""
 
 from ._backends import Backend, LocalBackend, RayBackend, ShardsDown, start_local_ray
-from ._game import ShardedGame
+from ._game import SERIES_TICKS, ShardedGame
 from ._shard import KEEP_CHECKPOINTS, Shard, atomic_write, entity_digest
 from ._spec import ClusterError, ModSpec, place
 
 __all__ = [
     "KEEP_CHECKPOINTS",
+    "SERIES_TICKS",
     "Backend",
     "ClusterError",
     "LocalBackend",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from ._shard import Shard
@@ -30,6 +31,7 @@ class Backend(Protocol):
     """What the coordinator needs of a backend."""
 
     name: str
+    parallel: bool  # whether the shards of one call run at once (else one after the other)
 
     def start(self, configs: list[dict[str, Any]]) -> None: ...
     def call(self, method: str, args: dict[int, tuple[Any, ...]]) -> dict[int, Any]: ...
@@ -42,6 +44,7 @@ class LocalBackend:
     """Every shard in this process, called one after the other."""
 
     name = "local"
+    parallel = False
 
     def __init__(self) -> None:
         self._shards: list[Shard] = []
@@ -98,22 +101,39 @@ class RayBackend:
             (``max_task_retries=0``): the coordinator decides what a death means.
         num_cpus: CPUs each actor holds (0.5 by default, so that two shards fit a 2-CPU
             node beside the driver).
+        shard_options: more Ray actor options for some shards, by shard index, over the
+            ones above: a ``scheduling_strategy`` that puts a shard on a given node (a
+            soft node affinity lets Ray restart it elsewhere when that node is lost), its
+            own ``max_restarts``, ``resources``. ``max_task_retries`` stays 0.
+
+    Raises:
+        ClusterError: ``config``: ``shard_options`` asks for ``max_task_retries``.
     """
 
     name = "ray"
+    parallel = True
 
-    def __init__(self, *, max_restarts: int = 3, num_cpus: float = 0.5) -> None:
+    def __init__(self, *, max_restarts: int = 3, num_cpus: float = 0.5,
+                 shard_options: Mapping[int, Mapping[str, Any]] | None = None) -> None:
         import ray
 
         self._ray = ray
         self.max_restarts = max_restarts
-        self._remote = ray.remote(Shard).options(max_restarts=max_restarts,
-                                                 max_task_retries=0, num_cpus=num_cpus)
+        self._options = {"max_restarts": max_restarts, "max_task_retries": 0,
+                         "num_cpus": num_cpus}
+        self._shard_options = {i: dict(o) for i, o in (shard_options or {}).items()}
+        if any("max_task_retries" in o for o in self._shard_options.values()):
+            raise ClusterError("a shard's calls are never retried by Ray: the coordinator "
+                               "decides what a death means (leave max_task_retries out)",
+                               code="config")
+        self._class = ray.remote(Shard)
         self._actors: list[Any] = []
         self._restarts: list[int] = []
 
     def start(self, configs: list[dict[str, Any]]) -> None:
-        self._actors = [self._remote.remote(**c) for c in configs]
+        self._actors = [
+            self._class.options(**{**self._options, **self._shard_options.get(i, {})})
+            .remote(**c) for i, c in enumerate(configs)]
         self._restarts = [0] * len(configs)
 
     def call(self, method: str, args: dict[int, tuple[Any, ...]]) -> dict[int, Any]:

@@ -4,6 +4,7 @@ takes checkpoints and rolls the game back and replays it when a shard comes back
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,11 @@ from ._backends import Backend, LocalBackend, ShardsDown
 from ._shard import atomic_write, entity_digest
 from ._spec import ClusterError, ModSpec, place
 
-__all__ = ["ShardedGame"]
+__all__ = ["SERIES_TICKS", "ShardedGame"]
 
 _MANIFEST = "coordinator-tick-{:010d}.msgpack"
+SERIES_TICKS = 10_000
+"""Ticks the coordinator's per-tick series keep (the newest), and its means are over."""
 
 
 class ShardedGame:
@@ -63,7 +66,14 @@ class ShardedGame:
         self.lost: dict[int, list[str]] = {}  # shard -> its mods, once its restarts ran out
         self.recoveries: list[dict[str, Any]] = []
         self.checkpoints: list[dict[str, Any]] = []  # tick, bytes (all shards), ms (slowest)
-        self.coordinator_ms: list[float] = []  # per tick: its own time, beside the slowest
+        # Per tick, the newest SERIES_TICKS: the coordinator's own work (forwarding
+        # events); the whole tick, calls included; the wall less the shards' own time (the
+        # slowest's when they run at once, all of theirs when one after the other: the
+        # calls and their answers); the slowest shard's own time less the fastest's.
+        self.coordinator_ms: deque[float] = deque(maxlen=SERIES_TICKS)
+        self.tick_wall_ms: deque[float] = deque(maxlen=SERIES_TICKS)
+        self.overhead_ms: deque[float] = deque(maxlen=SERIES_TICKS)
+        self.skew_ms: deque[float] = deque(maxlen=SERIES_TICKS)
         self._host: list[tuple[str, Any]] = []  # host events for the next tick
         self._inputs: dict[int, list[tuple[str, Any]]] = {}  # tick -> host events since cp
         self._forward: dict[int, list[tuple[str, Any]]] = {i: [] for i in self.live}
@@ -154,6 +164,45 @@ class ShardedGame:
             f["restarts"] = self.backend.restarts(i)
         return out
 
+    def observe(self) -> dict[str, Any]:
+        """The game's figures as plain data, what ``moonbox cluster --json`` and the
+        dashboard show: each live shard's (mods, ticks, own ms per tick: mean and max,
+        CPU ms per tick, restarts, pid, the tick it was restored from); the skew between
+        shards (per tick, the slowest shard's own time less the fastest's: mean and max);
+        the coordinator's cost (per tick: its own work, and the wall less the shards' own
+        time, in all and per shard: the calls and their answers); the checkpoints (tick,
+        bytes of all shards, ms of the slowest), recoveries and lost shards. A shard's
+        figures are over the ticks it ran since it was built, the coordinator's over its
+        newest :data:`SERIES_TICKS` (replayed ticks included in both). It calls every
+        shard: call it where the game is ticked."""
+        def mean(values: deque[float]) -> float:
+            return round(sum(values) / len(values), 4) if values else 0.0
+
+        shards = []
+        for i, f in sorted(self.figures().items()):
+            shards.append({"shard": i, "mods": f["mods"],
+                           "mod_ids": [m.id for m in self.placed[i]], "tick": f["tick"],
+                           "ticks_run": f["ticks_run"], "ms_per_tick": round(f["ms_mean"], 4),
+                           "ms_max": round(f["ms_max"], 4),
+                           "cpu_ms_per_tick": round(f["cpu_ms_mean"], 4),
+                           "restarts": f["restarts"],
+                           "pid": f["pid"], "restored_from": f["restored_from"]})
+        overhead = mean(self.overhead_ms)
+        return {
+            "backend": self.backend.name, "tick": self.tick_count, "shards": shards,
+            "skew_ms": mean(self.skew_ms), "skew_max_ms": round(max(self.skew_ms, default=0.0),
+                                                                4),
+            "tick_ms": mean(self.tick_wall_ms),
+            "coordinator_ms_per_tick": mean(self.coordinator_ms),
+            "overhead_ms_per_tick": overhead,
+            "overhead_ms_per_shard_per_tick": round(overhead / len(self.live), 4)
+            if self.live else 0.0,
+            "checkpoints": list(self.checkpoints), "last_checkpoint":
+                self.checkpoints[-1] if self.checkpoints else None,
+            "recoveries": list(self.recoveries),
+            "lost": {str(k): v for k, v in self.lost.items()},
+        }
+
     def info(self) -> dict[int, dict[str, Any]]:
         return self._call("info", {i: () for i in self.live})
 
@@ -170,6 +219,7 @@ class ShardedGame:
     def _run(self, t: int) -> dict[int, dict[str, Any]]:
         host = self._inputs.get(t, [])
         inbox = {i: (self._forward[i] + host,) for i in self.live}
+        called = time.perf_counter()
         try:
             answers = self.backend.call("tick", inbox)
         except ShardsDown as down:
@@ -184,7 +234,14 @@ class ShardedGame:
                     if j != i:
                         self._forward[j] += sent
         self.tick_count = t
-        self.coordinator_ms.append((time.perf_counter() - start) * 1000)
+        end = time.perf_counter()
+        self.coordinator_ms.append((end - start) * 1000)
+        own = [a["ms"] for a in answers.values()]
+        wall = (end - called) * 1000
+        self.tick_wall_ms.append(wall)
+        busy = max(own, default=0.0) if getattr(self.backend, "parallel", True) else sum(own)
+        self.overhead_ms.append(max(0.0, wall - busy))
+        self.skew_ms.append(max(own, default=0.0) - min(own, default=0.0))
         return answers
 
     def _call(self, method: str, args: dict[int, tuple[Any, ...]]) -> dict[int, Any]:

@@ -14,7 +14,7 @@ Importing this package needs nothing beyond moonbox; :meth:`Dashboard.start` nee
 from ._access import MIN_TOKEN_CHARS, Access, is_loopback
 from ._actions import ACTIONS, ActionError, VersionHook
 from ._dashboard import DEFAULT_HOST, DEFAULT_PORT, INSTALL_HINT, Dashboard
-from ._recorder import LOG_KINDS, Published, Sources
+from ._recorder import LOG_KINDS, Published, ShardSource, Sources
 
 __all__ = [
     "ACTIONS",
@@ -27,6 +27,7 @@ __all__ = [
     "ActionError",
     "Dashboard",
     "Published",
+    "ShardSource",
     "Sources",
     "VersionHook",
     "is_loopback",

@@ -321,6 +321,7 @@ def build_app(dashboard: Dashboard) -> ASGIApp:
         Route("/api/stats", part("stats")),
         Route("/api/events", part("queues")),
         Route("/api/workers", part("workers")),
+        Route("/api/shards", part("shards")),
         Route("/api/log", log),
         Route("/api/errors", errors),
         Route("/api/errors/{id:int}", error),

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .._errors import ConfigError, HostError
 from ._access import Access
 from ._actions import Actions, VersionHook
-from ._recorder import Published, Recorder, Sources
+from ._recorder import Published, Recorder, ShardSource, Sources
 
 if TYPE_CHECKING:
     from ..engine import Game, TickReport
@@ -49,6 +49,10 @@ class Dashboard:
             panel reads it; rollback and reset change it, then the game: a mod file's key
             (``mods/<id>/<path>``) has the mod host swap in the mod as the store has it.
         pool: the worker pool to show (default: the game's, when isolated).
+        shards: a sharded game (``moonbox.cluster.ShardedGame``) whose shards to show as
+            the workers are, read between two ticks on the game thread: tick the sharded
+            game on the thread that calls :meth:`after_tick`. The other panels show
+            ``game`` (the host's own game, or a shard's of the local backend).
         host: the address to listen on: a loopback address unless a ``token`` is given.
         port: the port (0: any free one; :attr:`port` says which).
         token: a secret every ``/api/`` request must carry (``Authorization: Bearer``, or
@@ -71,6 +75,7 @@ class Dashboard:
         mods: ModHost | None = None,
         store: Store | None = None,
         pool: WorkerPool | None = None,
+        shards: ShardSource | None = None,
         host: str = DEFAULT_HOST,
         port: int = 0,
         token: str | None = None,
@@ -88,7 +93,7 @@ class Dashboard:
         self.store = store if store is not None else (mods.store if mods is not None else None)
         self.host = host
         self._port = port
-        self.recorder = Recorder(game, mods=mods, store=self.store, pool=pool,
+        self.recorder = Recorder(game, mods=mods, store=self.store, pool=pool, shards=shards,
                                  tick_budget_s=float(tick_budget_s), sources=sources)
         self.actions = Actions(game, self.recorder, mods=mods, store=self.store,
                                on_version=on_version)

@@ -16,7 +16,7 @@ import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._errors import BudgetExceeded, MoonboxError, ScriptError
 from ..engine import RUNTIME_CHUNK
@@ -27,10 +27,17 @@ if TYPE_CHECKING:
     from ..isolation import WorkerPool
     from ..mods import ModHost, ReloadResult
 
-__all__ = ["LOG_KINDS", "Published", "Recorder", "Sources"]
+__all__ = ["LOG_KINDS", "Published", "Recorder", "ShardSource", "Sources"]
 
 Sources = Mapping[str, str] | Callable[[str], "str | None"]
 """Where the dashboard finds a chunk's source text (``@mods/waves/main.lua`` -> text)."""
+
+
+class ShardSource(Protocol):
+    """A sharded game as the dashboard reads it (``moonbox.cluster.ShardedGame``): its
+    figures as plain data. Read on the game thread, where the sharded game is ticked."""
+
+    def observe(self) -> dict[str, Any]: ...
 
 LOG_KINDS = ("report", "error", "trip", "quarantine", "refused", "reload", "restored",
              "action", "dashboard")
@@ -43,7 +50,8 @@ MAX_RECENT_TICKS = 5000  # ticks the percentiles are taken over, at most
 RATE_WINDOW_S = 5.0  # per-mod rates are taken over the last seconds
 PUBLISH_INTERVAL_S = 0.2  # a summary at most this often (and after every action)
 WORLD_INTERVAL_S = 0.5  # the world view at most this often
-SLOW_INTERVAL_S = 1.0  # worker figures and mod heaps (a round trip each when isolated)
+SLOW_INTERVAL_S = 1.0  # worker and shard figures, mod heaps (a round trip each when apart)
+MAX_RECOVERIES = 20  # a sharded game's recoveries listed, newest
 MAX_LOG = 2000
 MAX_LOG_PER_TICK = 200
 MAX_ERROR_GROUPS = 200
@@ -138,13 +146,15 @@ class Recorder:
         mods: its mod host, if any (status of mods that failed to load, reloads, sources).
         store: the versions store (its presence only: the web side reads it itself).
         pool: the worker pool to report (default: the game's).
+        shards: a sharded game whose shards to report, as the workers are.
         tick_budget_s: the time one tick may take (the chart's budget line).
         sources: chunk name -> source text, for error detail beyond the mod host's files.
         clock: monotonic seconds (injectable for tests); ``wall``: Unix seconds.
     """
 
     def __init__(self, game: Game, *, mods: ModHost | None = None, store: Any = None,
-                 pool: WorkerPool | None = None, tick_budget_s: float = 0.05,
+                 pool: WorkerPool | None = None, shards: ShardSource | None = None,
+                 tick_budget_s: float = 0.05,
                  sources: Sources | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time) -> None:
@@ -152,6 +162,7 @@ class Recorder:
         self.mods = mods
         self.store = store
         self.pool = pool
+        self.shards = shards
         self.tick_budget_s = tick_budget_s
         self.sources = sources
         self.clock = clock
@@ -182,6 +193,7 @@ class Recorder:
         self._world_read = -math.inf
         self._slow_read = -math.inf
         self._workers: dict[str, Any] = {"isolated": False, "workers": [], "spares": []}
+        self._shards: dict[str, Any] = {"sharded": False, "shards": []}
         self._memory: dict[str, int] = {}
         self.published = self._publish()
         self._published_at = -math.inf  # the first tick publishes at once
@@ -433,6 +445,7 @@ class Recorder:
         if now - self._slow_read >= SLOW_INTERVAL_S:
             self._slow_read = now
             self._workers = self._read_workers()
+            self._shards = self._read_shards()
             self._memory = {m.id: m.memory_bytes for m in self.game.mods}
         if force_world or now - self._world_read >= WORLD_INTERVAL_S:
             self._world_read = now
@@ -456,6 +469,7 @@ class Recorder:
             "health": self._health_view(now),
             "queues": self._queues_view(mods, now),
             "workers": self._workers,
+            "shards": self._shards,
         }
         return Published(self._version, summary, self._world, self._world_version,
                          self._errors, self._errors_version)
@@ -609,6 +623,28 @@ class Recorder:
                 "workers": [{**w.to_dict(), "restores": sum(restores.get(m, 0) for m in w.mods)}
                             for w in stats],
                 "spares": spares}
+
+    def _read_shards(self) -> dict[str, Any]:
+        """The sharded game's shards, as the workers are shown: one row per shard (pid,
+        mods, tick, own ms per tick, CPU ms per tick, restarts, the tick it was restored
+        from), a row per lost shard, and the game's skew, coordinator cost, last
+        checkpoint and recoveries."""
+        if self.shards is None:
+            return {"sharded": False, "shards": []}
+        doc = self.shards.observe()
+        rows = [{**s, "status": "running"} for s in doc["shards"]]
+        for index, mod_ids in sorted(doc["lost"].items(), key=lambda kv: int(kv[0])):
+            rows.append({"shard": int(index), "status": "lost", "pid": None,
+                         "mods": len(mod_ids), "mod_ids": list(mod_ids)})
+        rows.sort(key=lambda r: r["shard"])
+        return {
+            "sharded": True, "backend": doc["backend"], "tick": doc["tick"], "shards": rows,
+            "skew_ms": doc["skew_ms"], "skew_max_ms": doc["skew_max_ms"],
+            "tick_ms": doc["tick_ms"], "coordinator_ms_per_tick": doc["coordinator_ms_per_tick"],
+            "overhead_ms_per_shard_per_tick": doc["overhead_ms_per_shard_per_tick"],
+            "last_checkpoint": doc["last_checkpoint"], "checkpoints": len(doc["checkpoints"]),
+            "recoveries": doc["recoveries"][-MAX_RECOVERIES:], "lost": doc["lost"],
+        }
 
     def _read_world(self) -> dict[str, Any]:
         world = self.game.world

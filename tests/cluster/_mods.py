@@ -13,9 +13,9 @@ def chatty_mods(n: int = 4) -> list[ModSpec]:
 local me = "ball{k}"
 coreai_world_spawn{{prefab = "cube", name = me, x = {k}}}
 on("tick", function(t)
-  local p = coreai_world_pos(me)
-  if p then
-    coreai_world_change(me, {{x = p.x + math.random(1, 3), y = state_get("hits") or 0,
+  local x = coreai_world_pos(me)
+  if x then
+    coreai_world_change(me, {{x = x + math.random(1, 3), y = state_get("hits") or 0,
                              z = state_get("bumps") or 0}})
   end
   if t % 3 == {k % 3} then emit("ping", {{from = {k}, t = t}}) end

@@ -50,6 +50,9 @@ def test_the_command_runs_a_folder_in_process(mods_dir: Path):
     shard_of = {m: s["shard"] for s in doc["shards"] for m in s["mod_ids"]}
     assert shard_of["pair"] == shard_of["solo"]  # a dependency is an import: one shard
     assert len(doc["combined_hash"]) == 64 and not doc["lost"]
+    assert doc["skew_max_ms"] >= doc["skew_ms"] >= 0 and doc["last_checkpoint"]["tick"] == 10
+    assert doc["overhead_ms_per_shard_per_tick"] >= 0 and doc["coordinator_ms_per_tick"] >= 0
+    assert all(s["ms_max"] >= s["ms_per_tick"] > 0 for s in doc["shards"])
     text = CliRunner().invoke(cli, ["cluster", str(mods_dir), "--backend", "local",
                                     "--ticks", "3"]).output
     assert "world hash: " + _run([str(mods_dir), "--backend", "local", "--ticks", "3"])[

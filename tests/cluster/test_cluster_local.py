@@ -12,12 +12,14 @@ from moonbox.cluster import ClusterError, ModSpec, ShardedGame, entity_digest, p
 from moonbox.engine import Game
 
 
-def run_sharded(shards: int, ticks: int, **options) -> ShardedGame:
-    game = ShardedGame(chatty_mods(), shards, seed=11, **options)
+def run_sharded(shards: int, ticks: int, mods: list[ModSpec] | None = None,
+                **options) -> ShardedGame:
+    game = ShardedGame(mods or chatty_mods(), shards, seed=11, **options)
     for t in range(1, ticks + 1):
         for name, data in inputs(t):
             game.emit(name, data)
-        game.tick()
+        answers = game.tick()
+        assert not any(a["failures"] for a in answers.values()), answers  # mods that run
     return game
 
 
@@ -28,7 +30,8 @@ def run_one(mods: list[ModSpec], ticks: int) -> Game:
     for t in range(1, ticks + 1):
         for name, data in inputs(t):
             game.emit(name, data)
-        game.tick()
+        report = game.tick()
+        assert not report.failures, report.failures
     return game
 
 
@@ -58,8 +61,7 @@ def test_shards_without_crossing_match_one_game_each():
     # Mods that hear no one: every shard's world is the unsharded game of its mods, and the
     # combined hash is the unsharded game of all of them.
     quiet = [ModSpec(m.id, m.source.replace('emit("ping"', 'emit("pong"')) for m in chatty_mods()]
-    with ShardedGame(quiet, 3, seed=11) as sharded:
-        sharded.run(12)
+    with run_sharded(3, 12, quiet) as sharded:
         for i, group in enumerate(sharded.placed):
             alone = run_one(group, 12)
             assert sharded.world_hashes()[i] == alone.world.content_hash()
@@ -105,3 +107,34 @@ def test_checkpoints_are_files_and_a_rollback_replays_to_the_same_world(tmp_path
         assert game.tick_count == 26
     with pytest.raises(ClusterError, match="not empty"):
         ShardedGame(chatty_mods(), 2, checkpoint_dir=cp)
+
+
+def test_observe_reports_tick_time_skew_and_checkpoints(tmp_path: Path):
+    cp = tmp_path / "cp"
+    with run_sharded(2, 10, checkpoint_dir=cp, checkpoint_every=5) as game:
+        answers = game.tick()
+        own = [a["ms"] for a in answers.values()]
+        assert game.skew_ms[-1] == pytest.approx(max(own) - min(own))
+        assert game.overhead_ms[-1] == pytest.approx(max(0.0, game.tick_wall_ms[-1] - sum(own)))
+        doc = game.observe()
+        assert doc["backend"] == "local" and doc["tick"] == 11
+        for shard in doc["shards"]:
+            assert shard["ticks_run"] == 11 and shard["mods"] == 2 and shard["restarts"] == 0
+            assert 0 < shard["ms_per_tick"] <= shard["ms_max"]
+        assert len(game.skew_ms) == len(game.tick_wall_ms) == len(game.coordinator_ms) == 11
+        assert doc["skew_max_ms"] >= doc["skew_ms"] >= 0
+        assert doc["overhead_ms_per_shard_per_tick"] == pytest.approx(
+            doc["overhead_ms_per_tick"] / 2, abs=1e-4)
+        last = doc["last_checkpoint"]
+        assert [c["tick"] for c in doc["checkpoints"]] == [0, 5, 10] and last["tick"] == 10
+        assert last["bytes"] == sum(p.stat().st_size for p in cp.glob("shard-*/tick-0000000010.snap"))
+        assert last["ms"] > 0 and not doc["lost"] and not doc["recoveries"]
+
+
+def test_the_per_tick_series_keep_the_newest_ticks(monkeypatch):
+    from moonbox.cluster import _game
+
+    monkeypatch.setattr(_game, "SERIES_TICKS", 5)
+    with run_sharded(2, 8) as game:
+        assert len(game.skew_ms) == len(game.overhead_ms) == len(game.coordinator_ms) == 5
+        assert [s["ticks_run"] for s in game.observe()["shards"]] == [8, 8]

@@ -298,3 +298,29 @@ def test_isolated_workers(no_workers_left_behind, running, mods_dir):
     (worker,) = workers["workers"]
     assert worker["pid"] and worker["rss_bytes"] > 0 and worker["mods"] == ["steady"]
     assert worker["restores"] == 0 and worker["respawns"] == 0
+
+
+def test_a_sharded_games_shards(running, mods_dir, tmp_path):
+    from moonbox.cluster import ModSpec, ShardedGame
+
+    write_mod(mods_dir, "steady", STEADY)
+    mods = [ModSpec(f"m{k}", 'on("tick", function(t) end)') for k in range(3)]
+    with ShardedGame(mods, 2, seed=1, checkpoint_dir=tmp_path / "cp",
+                     checkpoint_every=2) as sharded:
+        r = running(mods_dir, tick=False, shards=sharded)  # this thread ticks both games
+
+        def ticked() -> dict | None:
+            sharded.tick()
+            r.dashboard.tick()
+            r.dashboard.publish()
+            shards = r.get("/api/shards")["shards"]
+            return shards if shards["tick"] >= 3 else None
+
+        shards = wait_for(ticked, "the shards' figures")  # read once a second
+        assert shards["sharded"] is True and shards["backend"] == "local"
+        assert [(s["shard"], s["status"], s["mod_ids"]) for s in shards["shards"]] == [
+            (0, "running", ["m0", "m2"]), (1, "running", ["m1"])]
+        assert all(s["ms_per_tick"] > 0 and s["restarts"] == 0 for s in shards["shards"])
+        assert shards["last_checkpoint"]["bytes"] > 0 and not shards["lost"]
+        assert r.get("/api/summary")["shards"]["backend"] == "local"
+        r.close()

@@ -104,6 +104,7 @@ every(1, function(t) emit("pulse", {t = t}) end)
     page.locator("#events code", has_text="pulse").first.wait_for()
     page.locator("#mod-queues td.mod", has_text="spawner").wait_for()
     assert "no worker processes" in page.locator("#workers-none").inner_text()
+    assert "not a sharded game" in page.locator("#shards-none").inner_text()
 
 
 def test_an_isolated_game_without_a_store(running, mods_dir, page):
@@ -123,3 +124,24 @@ def test_an_isolated_game_without_a_store(running, mods_dir, page):
     page.locator("#versions-none", has_text="no versions store").wait_for()
     r.close()  # the game's workers go with it
     assert not psutil.pid_exists(pid)
+
+
+def test_the_shards_panel(running, mods_dir, page, tmp_path):
+    from moonbox.cluster import ModSpec, ShardedGame
+
+    write_mod(mods_dir, "steady", STEADY)
+    mods = [ModSpec(f"m{k}", 'on("tick", function(t) end)') for k in range(3)]
+    with ShardedGame(mods, 2, seed=1, checkpoint_dir=tmp_path / "cp",
+                     checkpoint_every=2) as sharded:
+        sharded.run(3)  # then only the dashboard's game thread reads it
+        r = running(mods_dir, shards=sharded)
+        page.goto(r.url)
+        row = page.locator("#shards tbody tr").nth(1)
+        row.wait_for()
+        cells = row.locator("td")
+        assert cells.nth(0).inner_text() == "1" and cells.nth(2).inner_text() == "1"
+        assert row.locator("td.mods").inner_text() == "m1"
+        figures = page.locator("#shards-figures")
+        figures.filter(has_text="last checkpoint: tick 2").wait_for()
+        assert "local backend, tick 3" in figures.inner_text()
+        r.close()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from moonbox.cluster import LocalBackend, ModSpec, ShardedGame, ShardsDown
 from moonbox.dashboard import _recorder
 from moonbox.dashboard._recorder import MAX_LOG_PER_TICK, Recorder
 from moonbox.engine import Game, TickReport
@@ -156,3 +159,66 @@ def test_published_views_are_not_changed_by_later_ticks(game):
     rec.maybe_publish(force=True)
     assert first.errors[0]["count"] == count and rec.published.errors[0]["count"] == 4
     assert first.summary["tick"] == 1 and rec.published.version > first.version
+
+
+class LosingBackend(LocalBackend):
+    """In process, but shard 1 dies at tick ``dies_at`` and never comes back (as a Ray
+    actor out of restarts)."""
+
+    def __init__(self, dies_at: int) -> None:
+        super().__init__()
+        self.dies_at = dies_at
+
+    def call(self, method, args):
+        if method == "tick" and 1 in args and self._shards[1].game.tick_count + 1 >= \
+                self.dies_at:
+            results = super().call(method, {i: a for i, a in args.items() if i != 1})
+            raise ShardsDown([1], results)
+        return super().call(method, args)
+
+    def wait_up(self, index, timeout_s):
+        return index != 1
+
+
+def test_shards_are_shown_as_workers_are(game, tmp_path):
+    clock = Clock()
+    mods = [ModSpec(f"m{k}", f'coreai_world_spawn{{prefab = "cube", name = "b{k}"}}\n'
+                             'on("tick", function(t) end)') for k in range(3)]
+    sharded = ShardedGame(mods, 2, seed=1, backend=LosingBackend(dies_at=4),
+                          checkpoint_dir=tmp_path / "cp", checkpoint_every=2)
+    try:
+        rec = Recorder(game, shards=sharded, clock=clock)
+        assert rec.published.summary["shards"]["shards"][0]["tick"] == 0
+        for _ in range(3):
+            sharded.tick()
+            rec.record(game.tick(), 0.001)
+        clock.now += _recorder.SLOW_INTERVAL_S  # shard figures are read once a second
+        rec.maybe_publish(force=True)
+        shards = rec.published.summary["shards"]
+        assert shards["sharded"] is True and shards["backend"] == "local"
+        assert shards["tick"] == 3 and shards["checkpoints"] == 2
+        assert shards["last_checkpoint"]["tick"] == 2 and shards["last_checkpoint"]["bytes"] > 0
+        assert [s["shard"] for s in shards["shards"]] == [0, 1]
+        first = shards["shards"][0]
+        assert first["status"] == "running" and first["mod_ids"] == ["m0", "m2"]
+        assert first["tick"] == 3 and first["ms_max"] >= first["ms_per_tick"] > 0
+        assert first["restarts"] == 0 and first["pid"] == os.getpid()
+        assert shards["skew_max_ms"] >= shards["skew_ms"] >= 0
+        assert shards["overhead_ms_per_shard_per_tick"] >= 0
+        sharded.tick()  # shard 1 dies: lost, the game goes back to tick 2 and on without it
+        clock.now += _recorder.SLOW_INTERVAL_S
+        rec.maybe_publish(force=True)
+        shards = rec.published.summary["shards"]
+        assert shards["lost"] == {"1": ["m1"]} and shards["tick"] == 4
+        assert shards["shards"][1] == {"shard": 1, "status": "lost", "pid": None, "mods": 1,
+                                       "mod_ids": ["m1"]}
+        [recovery] = shards["recoveries"]
+        assert recovery["down"] == [1] and recovery["from_tick"] == 2 and recovery["lost"] == [1]
+        assert shards["shards"][0]["restored_from"] == 2
+    finally:
+        sharded.close()
+
+
+def test_a_game_not_sharded_has_no_shards(game):
+    rec = Recorder(game)
+    assert rec.published.summary["shards"] == {"sharded": False, "shards": []}

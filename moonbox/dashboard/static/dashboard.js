@@ -140,6 +140,7 @@
     drawHealth();
     drawQueues();
     drawWorkers();
+    drawShards();
     drawLogFilters();
     if (first) loadKeys();
   }
@@ -564,6 +565,39 @@
       el("td", { class: x.respawns ? "warn" : "" }, num(x.respawns)),
       el("td", {}, num(x.restores)),
       el("td", { class: "mods" }, x.mods.join(", ") || "–"))));
+  }
+
+  // -- shards ---------------------------------------------------------------------------------
+
+  function drawShards() {
+    const s = state.summary.shards;
+    const none = $("shards-none");
+    if (!s || !s.sharded) {
+      none.textContent = "not a sharded game: no shards (moonbox.cluster splits a game over them)";
+      $("shards").hidden = true;
+      $("shards-figures").textContent = "";
+      return;
+    }
+    $("shards").hidden = false;
+    const cp = s.last_checkpoint;
+    none.textContent = "";
+    $("shards-figures").textContent = [
+      s.backend + " backend, tick " + num(s.tick),
+      "skew " + ms(s.skew_ms) + " ms (max " + ms(s.skew_max_ms) + ")",
+      "coordinator " + ms(s.overhead_ms_per_shard_per_tick) + " ms per shard per tick",
+      cp ? "last checkpoint: tick " + num(cp.tick) + ", " + bytes(cp.bytes) + ", " + ms(cp.ms) + " ms"
+        : "no checkpoints",
+      s.recoveries.length ? "recoveries: " + s.recoveries.length : "",
+    ].filter((x) => x).join(" · ");
+    fill($("shards").tBodies[0], s.shards.map((x) => el("tr", { class: x.status === "lost" ? "bad" : "" },
+      el("td", {}, x.shard), el("td", {}, x.status === "lost" ? "lost" : x.pid),
+      el("td", {}, num(x.mods)), el("td", {}, x.status === "lost" ? "–" : num(x.tick)),
+      el("td", {}, x.status === "lost" ? "–" : ms(x.ms_per_tick)),
+      el("td", {}, x.status === "lost" ? "–" : ms(x.ms_max)),
+      el("td", {}, x.status === "lost" ? "–" : ms(x.cpu_ms_per_tick)),
+      el("td", { class: x.restarts ? "warn" : "" }, num(x.restarts)),
+      el("td", {}, x.restored_from === null || x.restored_from === undefined ? "–" : num(x.restored_from)),
+      el("td", { class: "mods" }, x.mod_ids.join(", ") || "–"))));
   }
 
   // -- start ----------------------------------------------------------------------------------
