@@ -35,7 +35,8 @@ def test_subpackage_names():
     ]
     assert moonbox.bindings.__all__ == [
         "AddArgs", "Answer", "ApprovalRequest", "Approver", "BINDING_CODES", "Binding",
-        "CallInfo", "Decision", "Hook", "LuaFunction", "LuaNumber", "MODES", "ModApi", "Mode",
+        "CallInfo", "CallRecord", "Decision", "Hook", "LuaFunction", "LuaNumber",
+        "MAX_CALL_HISTORY", "MODES", "ModApi", "Mode",
         "Permissions", "QueryInfo", "QueryLimits", "QuerySource", "REFUSAL_CODES", "Reading",
         "Refusal", "Registry", "ReportArgs", "Risk", "Scope", "ScopeClosed", "Veto", "add",
         "default_bindings", "render_stubs", "report",
