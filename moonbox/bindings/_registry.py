@@ -425,6 +425,7 @@ class ModApi:
         self._remembered: dict[str, bool] = {}
         self._asking: set[str] = set()  # bindings whose approver has not returned yet
         self._trace_id: str | None = None
+        self._history: int | None = None  # record_calls of this mod; None: the registry's
         self._calls: deque[CallRecord] = deque(maxlen=max(1, registry._history))
         functions: list[_ModFunction | _DeniedFunction] = []
         for binding, decision in registry.granted(permissions):
@@ -458,14 +459,35 @@ class ModApi:
 
     @property
     def calls(self) -> tuple[CallRecord, ...]:
-        """The mod's last binding calls, oldest first, while the registry records them
-        (:meth:`Registry.record_calls`); empty otherwise."""
-        if not self.registry._history:
+        """The mod's last binding calls, oldest first, while they are recorded
+        (:meth:`record_calls`, :meth:`Registry.record_calls`); empty otherwise."""
+        if not self.call_history:
             return ()
         return tuple(self._calls)
 
+    @property
+    def call_history(self) -> int:
+        """How many calls of this mod are kept: its own :meth:`record_calls`, else the
+        registry's."""
+        return self._history if self._history is not None else self.registry._history
+
+    def record_calls(self, limit: int | None) -> None:
+        """Keep the last ``limit`` calls of this mod alone (``None``: as the registry
+        says). As with :meth:`Registry.record_calls`, recorded calls take the full path.
+
+        Raises:
+            ConfigError: ``limit`` is negative or over :data:`MAX_CALL_HISTORY`.
+        """
+        if limit is not None and (not isinstance(limit, int)
+                                  or not 0 <= limit <= MAX_CALL_HISTORY):
+            raise ConfigError(f"a call history holds 0 to {MAX_CALL_HISTORY} calls")
+        registry = self.registry
+        with registry._lock:
+            self._history = limit
+            registry._version += 1  # this mod's functions look again
+
     def _record(self, record: CallRecord) -> None:
-        limit = self.registry._history
+        limit = self.call_history
         if not limit:
             return
         calls = self._calls
@@ -619,7 +641,7 @@ class _ModFunction:
         self._pre, self._post = registry.hooks_for(self.name)
         self._plain = (self._available and not self._pre and not self._post
                        and not self._ask and self.binding.prepare is None
-                       and not registry._history)
+                       and not api.call_history)
         self._version = version
         self._lane_version = version if self._plain else -1
 
