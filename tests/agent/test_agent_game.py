@@ -132,6 +132,22 @@ def test_a_success_goes_live_through_the_reload_path_and_is_recorded(live):
     assert live.mods["waves"].reloads == 1
 
 
+def test_an_attempts_binding_calls_in_the_fork_carry_its_trace_id(live):
+    target = LiveMod(live, "waves")
+    client = ScriptedClient([lua(UNKNOWN_PREFAB), lua(SPAWNS)])
+    result = target.programmer(client, new_trace_id=lambda: "tr-game").run(
+        target.task("spawn an enemy"))
+    assert result.solved
+    calls = result.attempts[0].calls
+    mods_calls = [c["binding"] for c in calls if c["binding"] != "engine_ready"]
+    assert mods_calls[:2] == ["state_set", "coreai_world_spawn"]
+    assert {c["trace_id"] for c in calls} == {"tr-game"}
+    assert all(c["call_id"] > 0 for c in calls)
+    # The live game records nothing and runs its calls on the short path and the lane.
+    assert live.game.registry.call_history == 0
+    assert live.game.mod("waves").api.calls == ()
+
+
 def test_the_fork_sees_the_world_and_state_of_the_current_tick(live):
     seen = {}
 
