@@ -37,6 +37,7 @@ from ._eval import (
 from ._extract import Extraction, extract_lua
 from ._game import GameHost, GameRun, LiveMod, world_summary
 from ._http import ChatClient
+from ._inbox import INBOX_NAME, InboxRunner, TaskInbox
 from ._loop import (
     DEFAULT_BUDGET,
     Attempt,
@@ -97,6 +98,8 @@ __all__ = [
     "GameRun",
     "GoLive",
     "GenerationLimited",
+    "INBOX_NAME",
+    "InboxRunner",
     "LLMHook",
     "LLMRequest",
     "LLMClient",
@@ -124,6 +127,7 @@ __all__ = [
     "ScriptedClient",
     "ScriptedReply",
     "Task",
+    "TaskInbox",
     "ThinkSplitter",
     "Ticket",
     "TicketState",

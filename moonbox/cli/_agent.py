@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import click
 from rich import box
@@ -40,6 +40,7 @@ from ..agent import (
     GAME_MOD,
     ChatClient,
     Event,
+    EventName,
     LLMClient,
     Programmer,
     ProgrammerResult,
@@ -57,6 +58,7 @@ from ..sandbox import Budget
 __all__ = ["agent", "eval_game_host", "eval_repair"]
 
 EXIT_OK, EXIT_UNSOLVED, EXIT_USAGE = 0, 1, 2
+EVENT_NAMES = frozenset(get_args(EventName))
 
 
 def _client(base_url: str | None, model: str | None, api_key_env: str | None,
@@ -145,13 +147,18 @@ def _backend_options(fn: Any) -> Any:
               help="Write the live world (World.snapshot) here after the loop (with --mods).")
 @click.option("--check", is_flag=True,
               help="Probe the backend of each role of --config (or of --role) and exit.")
+@click.option("--dev", "via_dev", is_flag=True,
+              help="With --mods and --mod: give the task to the moonbox dev session running "
+                   "DIR (dev --agent-config) and follow its attempts.")
+@click.option("--wait", "wait_s", type=click.FloatRange(min=0, min_open=True), default=600,
+              show_default=True, help="With --dev: seconds to wait for the task to finish.")
 def agent(task: str | None, base_url: str | None, model: str | None,
           api_key_env: str | None, replay: Path | None, config_path: Path | None,
           role: str | None,
           profile: str | None, repairs: int, mode: str, key: str, store_path: Path | None,
           steps: int, time_s: float, as_json: bool, mods_dir: Path | None,
           mod_id: str | None, mod_file: str | None, game_spec: str | None, fork_ticks: int,
-          save_world: Path | None, check: bool) -> None:
+          save_world: Path | None, check: bool, via_dev: bool, wait_s: float) -> None:
     """Ask the Programmer for a script that does TASK, repairing it from its failures.
 
     The script runs with the default bindings (report, add) under --mode. With --mods DIR
@@ -169,6 +176,11 @@ def agent(task: str | None, base_url: str | None, model: str | None,
         return
     if task is None:
         raise click.UsageError("give the TASK (or --check)")
+    if via_dev:
+        if mods_dir is None or mod_id is None:
+            raise click.UsageError("--dev needs --mods DIR and --mod ID")
+        _agent_via_dev(task, mods_dir, mod_id, mod_file, wait_s, as_json, console, err)
+        return
     client_args = (base_url, model, api_key_env, replay, config_path, role, profile)
     if mods_dir is not None or mod_id is not None:
         if mods_dir is None or mod_id is None:
@@ -267,6 +279,54 @@ def _agent_for_mod(task: str, client: LLMClient, repairs: int, mode: str,
     if result.status == "client_error":
         sys.exit(EXIT_USAGE)
     sys.exit(EXIT_OK if result.solved else EXIT_UNSOLVED)
+
+
+def _agent_via_dev(task: str, mods_dir: Path, mod_id: str, mod_file: str | None,
+                   wait_s: float, as_json: bool, console: Console, err: Console) -> None:
+    """``moonbox agent TASK --mods DIR --mod ID --dev``: the task goes to the dev session's
+    inbox; its attempts are shown as the session runs them."""
+    import getpass
+
+    from ..agent import TaskInbox
+
+    inbox = TaskInbox.of(mods_dir)
+    try:
+        owner = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name: one owner for all
+        owner = ""
+    task_id = inbox.submit(mod_id, task, file=mod_file, owner=owner)
+    if not as_json:
+        console.print(f"[dim]task {task_id} handed to the dev session of "
+                      f"{escape(str(mods_dir))}[/]")
+    progress = _Progress(console) if not as_json else None
+    final: dict[str, Any] | None = None
+    try:
+        for record in inbox.follow(task_id, timeout_s=wait_s):
+            name = record.get("event")
+            if name == "task_failed":
+                err.print(f"[bold red]error:[/] {escape(str(record.get('error')))}")
+                sys.exit(EXIT_USAGE)
+            if name == "task_finished":
+                final = record["result"]
+            elif progress is not None and name in EVENT_NAMES:
+                data = {k: v for k, v in record.items()
+                        if k not in ("event", "trace_id", "attempt", "task_id")}
+                progress(Event(name, record.get("trace_id", ""), record.get("attempt", 0),
+                               data))
+    except TimeoutError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}: is moonbox dev "
+                  f"{escape(str(mods_dir))} --agent-config running?")
+        sys.exit(EXIT_USAGE)
+    assert final is not None
+    if as_json:
+        print(json.dumps({**final, "mod": mod_id, "task_id": task_id}, ensure_ascii=False),
+              flush=True)
+    else:
+        console.print(f"[bold]{escape(final['status'])}[/] after {len(final['attempts'])} "
+                      f"attempt(s), trace {final['trace_id']}")
+    if final["status"] == "client_error":
+        sys.exit(EXIT_USAGE)
+    sys.exit(EXIT_OK if final["status"] == "solved" else EXIT_UNSOLVED)
 
 
 def _check(base_url: str | None, model: str | None, api_key_env: str | None,
