@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from .._errors import ConfigError, ScriptError
+from .._errors import BudgetExceeded, ConfigError, ScriptError
 from ..bindings import Permissions, Registry, Veto
 from ..sandbox import Budget
 from ..store import Store, StoreError
@@ -61,8 +61,7 @@ EventName = Literal[
 ResultStatus = Literal["solved", "exhausted", "rate_limited", "client_error", "cancelled",
                        "vetoed"]
 
-_UNITS = {"steps": "steps", "alloc": "bytes", "memory": "bytes", "wall": "seconds",
-          "cpu": "seconds", "time": "seconds"}
+_UNITS = BudgetExceeded._UNITS  # steps, bytes, s: as the trip's own message says
 
 
 @dataclass(frozen=True, slots=True)

@@ -256,6 +256,34 @@ def test_agent_cli_for_a_mod_against_a_loopback_server(tmp_path):
     assert data["status"] == "solved" and data["revision"] >= 2
 
 
+def test_agent_cli_for_a_mod_routed_by_config_to_a_loopback_server_exhausts_cleanly(tmp_path):
+    # Through a routing config: the failed attempts leave no trace in the live world, the
+    # old version stays, and each attempt's usage is in the result.
+    mods = _mods(tmp_path)
+    world_file = tmp_path / "world.bin"
+    with ChatServer() as server:
+        config = tmp_path / "llm.toml"
+        config.write_text(f'[endpoints.local]\nbase_url = "{server.url}"\n'
+                          '[profiles.coder]\nendpoint = "local"\nmodel = "coder"\n'
+                          '[roles]\nprogrammer = "coder"\n')
+        server.push(reply_json(completion(lua(UNKNOWN_PREFAB))),
+                    reply_json(completion(lua(RUNTIME))))
+        result = CliRunner().invoke(cli, ["agent", "spawn an enemy", "--mods", str(mods),
+                                          "--mod", "waves", "--config", str(config),
+                                          "--repairs", "1", "--json", "--save-world",
+                                          str(world_file)])
+        assert [r["body"]["model"] for r in server.requests] == ["coder", "coder"]
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.output)
+    assert data["status"] == "exhausted" and data["source"] == V1
+    assert [a["kind"] for a in data["attempts"]] == ["refused", "runtime"]
+    assert all(a["usage"]["completion_tokens"] == 2 for a in data["attempts"])
+    world = World.load(world_file.read_bytes(), arena_game().world.prefabs)
+    assert world.get("d1") is None and world.get("e9") is None
+    with Store(mods / ".moonbox-versions.db") as store:
+        assert store.scripts.current("mods/waves/main.lua").content == V1
+
+
 # -- game tasks of the repair evaluation -------------------------------------------------------
 
 def test_the_game_tasks_spawn_move_and_react_in_forks():
