@@ -39,8 +39,9 @@ class HostCall:
         name: the host function's name.
         mod: the calling mod's context, set by the bindings layer (its ``ModApi``), or
             ``None``.
-        call_id: the call's id, set by the bindings layer on every path (unique among the
-            calls of the process); 0 outside it.
+        call_id: the id of the call the bindings layer serves (unique among the calls of
+            the process), set on each of its paths; a host function outside that layer
+            reads the previous call's, or 0.
     """
 
     __slots__ = ("sandbox", "run", "name", "mod", "call_id")
