@@ -181,8 +181,11 @@ class InboxRunner:
             taken.append(task_id)
             try:
                 self._start(task_id, data)
-            except MoonboxError as exc:
-                self.inbox.write(task_id, {"event": "task_failed", "error": str(exc)})
+            except Exception as exc:  # a bad task never stops the session
+                if not isinstance(exc, MoonboxError):
+                    log.exception("task %s of the inbox could not start", task_id)
+                self.inbox.write(task_id, {"event": "task_failed", "error": str(exc)
+                                           or type(exc).__name__})
                 self.session.note("programmer", f"task {task_id} not started: {exc}")
         return taken
 
