@@ -182,7 +182,8 @@ class RequestQueue:
         """The live requests (queued or running), of ``owner`` if given, in submission
         order."""
         with self._cond:
-            return tuple(sorted((t for t in self._live if owner is None or t.owner == owner),
+            return tuple(sorted((t for t in self._live if not t.done()
+                                 and (owner is None or t.owner == owner)),
                                 key=lambda t: t.seq))
 
     @property
