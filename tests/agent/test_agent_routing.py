@@ -424,3 +424,22 @@ def test_each_attempt_keeps_its_binding_calls_with_their_ids_and_the_trace(regis
     assert result.to_dict()["attempts"][1]["calls"][1]["binding"] == "add"
     # The registry itself still records nothing: the history was the attempt's mod's.
     assert registry.call_history == 0
+
+
+def test_agent_check_cli_without_a_config_probes_one_endpoint(servers):
+    from click.testing import CliRunner
+
+    from moonbox.cli import cli as main
+
+    a, _ = servers
+    a.push(reply_json({"data": [{"id": "m"}]}))
+    result = CliRunner().invoke(main, ["agent", "--check", "--base-url", a.url, "--model",
+                                       "m", "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)
+    assert row["ready"] and row["model"] == "m" and row["role"] == "programmer"
+    result = CliRunner().invoke(main, ["agent", "--check", "--base-url",
+                                       "http://127.0.0.1:9/v1", "--model", "m"])
+    assert result.exit_code == 1 and "backend_unavailable" in result.output
+    result = CliRunner().invoke(main, ["agent", "--check"])
+    assert result.exit_code == 2
