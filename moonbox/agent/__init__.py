@@ -4,8 +4,9 @@ A :class:`Programmer` asks an :class:`LLMClient` for Lua, runs what it extracts 
 sandbox built from the bindings registry (or through the host's dry-run hook), feeds every
 failure back to the model, and records the version that works in the versions store.
 Clients: :class:`ChatClient` (any chat-completions server) and :class:`ScriptedClient`
-(replays a file). :class:`RequestQueue` schedules agent work by priority with latest-wins
-scopes. See docs/agent.md.
+(replays a file); a :class:`Router` serves each role from the profile a routing config maps
+it to. :class:`RequestQueue` schedules agent work by priority with latest-wins scopes per
+owner. See docs/agent.md.
 """
 
 from ._cancel import CancelToken
@@ -36,6 +37,7 @@ from ._eval import (
 from ._extract import Extraction, extract_lua
 from ._game import GameHost, GameRun, LiveMod, world_summary
 from ._http import ChatClient
+from ._inbox import INBOX_NAME, InboxRunner, TaskInbox
 from ._loop import (
     DEFAULT_BUDGET,
     Attempt,
@@ -43,6 +45,8 @@ from ._loop import (
     Event,
     EventName,
     GoLive,
+    LLMHook,
+    LLMRequest,
     Programmer,
     ProgrammerResult,
     Published,
@@ -54,6 +58,15 @@ from ._prompt import ApiStyle, PromptBuilder
 from ._queue import RequestQueue, Ticket, TicketState
 from ._reasoning import ThinkSplitter, split_reasoning
 from ._repair import Check, CheckResult, Failure, FailureKind, RunResult, render_repair
+from ._routing import (
+    Endpoint,
+    Profile,
+    Readiness,
+    RetryPolicy,
+    RoleClient,
+    Router,
+    RoutingConfig,
+)
 from ._scripted import ScriptedClient, ScriptedReply, load_replies
 
 __all__ = [
@@ -71,6 +84,7 @@ __all__ = [
     "DEFAULT_BUDGET",
     "Delta",
     "DryRun",
+    "Endpoint",
     "EVAL_BUDGET",
     "EvalReport",
     "Event",
@@ -84,18 +98,28 @@ __all__ = [
     "GameRun",
     "GoLive",
     "GenerationLimited",
+    "INBOX_NAME",
+    "InboxRunner",
+    "LLMHook",
+    "LLMRequest",
     "LLMClient",
     "LiveMod",
     "Message",
     "Programmer",
     "ProgrammerResult",
+    "Profile",
     "PromptBuilder",
     "Published",
     "RETRYABLE_CODES",
     "RateLimit",
+    "Readiness",
     "Reply",
     "RequestQueue",
+    "RetryPolicy",
     "Role",
+    "RoleClient",
+    "Router",
+    "RoutingConfig",
     "RunResult",
     "ScratchRun",
     "ScratchRunResult",
@@ -103,6 +127,7 @@ __all__ = [
     "ScriptedClient",
     "ScriptedReply",
     "Task",
+    "TaskInbox",
     "ThinkSplitter",
     "Ticket",
     "TicketState",

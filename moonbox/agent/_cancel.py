@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 __all__ = ["CancelToken"]
 
@@ -14,17 +15,39 @@ class CancelToken:
     before each run; a queue checks it before it starts a request. Cancelling is final.
     """
 
-    __slots__ = ("_event", "reason")
+    __slots__ = ("_event", "reason", "_callbacks", "_lock")
 
     def __init__(self) -> None:
         self._event = threading.Event()
         self.reason = "cancelled"
+        self._callbacks: list[Callable[[], object]] = []
+        self._lock = threading.Lock()
 
     def cancel(self, reason: str = "cancelled") -> None:
         """Ask the request to stop; the first reason given is kept."""
-        if not self._event.is_set():
+        with self._lock:
+            if self._event.is_set():
+                return
             self.reason = reason
             self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_cancel(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call ``callback()`` when the token is cancelled (at once if it is); returns a
+        function that withdraws it."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(callback)
+
+                def remove() -> None:
+                    with self._lock:
+                        if callback in self._callbacks:
+                            self._callbacks.remove(callback)
+                return remove
+        callback()
+        return lambda: None
 
     @property
     def cancelled(self) -> bool:

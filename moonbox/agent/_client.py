@@ -33,11 +33,18 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class Delta:
-    """One piece of a streamed reply: visible text, reasoning text, or the finish reason."""
+    """One piece of a streamed reply: visible text, reasoning text, or the finish reason.
+
+    ``usage`` is the token counts when the backend sent them (a stream's last chunk, as a
+    rule); ``retries`` the requests that failed before this stream began (on its first
+    piece only).
+    """
 
     content: str = ""
     reasoning: str = ""
     finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    retries: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +56,9 @@ class Reply:
         reasoning: the reasoning, from a separate field or from ``<think>`` blocks.
         finish_reason: ``stop``, ``length``... as the backend said, if it said.
         model: the model that answered, if the backend said.
-        usage: token counts, if the backend sent them.
+        usage: token counts, if the backend sent them (``prompt_tokens``,
+            ``completion_tokens``, ``total_tokens``...).
+        retries: requests that failed (and were retried) before this reply.
     """
 
     content: str
@@ -57,6 +66,7 @@ class Reply:
     finish_reason: str | None = None
     model: str | None = None
     usage: dict[str, Any] = field(default_factory=dict)
+    retries: int = 0
 
 
 @runtime_checkable
@@ -91,13 +101,18 @@ def collect(deltas: Iterable[Delta], *, model: str | None = None) -> Reply:
     content: list[str] = []
     reasoning: list[str] = []
     finish: str | None = None
+    usage: dict[str, Any] = {}
+    retries = 0
     for delta in deltas:
         content.append(delta.content)
         reasoning.append(delta.reasoning)
         if delta.finish_reason:
             finish = delta.finish_reason
+        if delta.usage:
+            usage = dict(delta.usage)
+        retries = max(retries, delta.retries)
     visible, inline = split_reasoning("".join(content))
     thought = "".join(reasoning)
     if inline:
         thought = f"{thought}\n{inline}" if thought else inline
-    return Reply(visible, thought, finish, model)
+    return Reply(visible, thought, finish, model, usage, retries)

@@ -46,6 +46,9 @@ class GameRun:
         world: the fork's world after its ticks (a copy; the live world is untouched).
         state: the mod's state in the fork after its ticks.
         ticks: the fork's tick reports.
+        calls: the mod's binding calls in the fork, as ``CallRecord.to_dict()`` (call id,
+            the attempt's trace id, binding, outcome, reason), the last
+            :attr:`LiveMod.call_history` of them.
     """
 
     status: str
@@ -56,6 +59,7 @@ class GameRun:
     world: World | None = None
     state: dict[str, Any] = field(default_factory=dict)
     ticks: tuple[Any, ...] = ()
+    calls: tuple[dict[str, Any], ...] = ()
 
 
 def world_summary(world: World, *, limit: int = _SUMMARY_ENTITIES) -> str:
@@ -114,6 +118,7 @@ class LiveMod:
         self.path = path or state.package.manifest.entry
         self.ticks = max(1, ticks)
         self.author: str | None = None
+        self.call_history = 64
 
     @property
     def package(self) -> Any:
@@ -162,6 +167,11 @@ class LiveMod:
         package = self._version(script.source)
         host = self.host
         with host.fork() as fork:
+            # The fork's registry is its own: the attempt's calls carry its trace id, and
+            # the mod's are recorded.
+            fork.registry.trace_id = script.trace_id
+            if self.call_history:
+                fork.registry.record_calls(self.call_history)
             mod, problem = host.try_version(fork, package)
             if problem is not None:
                 error = mod.quarantine.failure.error if (
@@ -183,11 +193,13 @@ class LiveMod:
                 if failure is not None:
                     error = failure.error
                     break
-            state = dict(fork.mod(self.mod_id).state)
+            live = fork.mod(self.mod_id)
+            state = dict(live.state)
+            calls = tuple(c.to_dict() for c in live.api.calls)
             world = fork.world
             return GameRun("error" if error else "done", error=error,
                            reports=tuple(reports), refused=tuple(refused), world=world,
-                           state=state, ticks=tuple(ticks))
+                           state=state, ticks=tuple(ticks), calls=calls)
 
     def go_live(self, script: Script) -> Published:
         """Swap the verified script into the running game (the hot reload path) and

@@ -37,6 +37,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -187,7 +188,8 @@ class ChatClient:
         while True:
             attempt += 1
             try:
-                return self._complete_once(body)
+                reply = self._complete_once(body)
+                return replace(reply, retries=attempt - 1) if attempt > 1 else reply
             except ClientError as exc:
                 exc.attempts = attempt
                 self._wait_or_raise(exc, attempt)
@@ -212,6 +214,8 @@ class ChatClient:
             started = False
             try:
                 for delta in self._stream_once(body):
+                    if not started and attempt > 1:
+                        delta = replace(delta, retries=attempt - 1)
                     started = True
                     yield delta
                 return
@@ -220,6 +224,44 @@ class ChatClient:
                 if started:
                     raise
                 self._wait_or_raise(exc, attempt)
+
+    def probe(self) -> tuple[bool, str, str]:
+        """Is the backend ready to answer for ``model``? One request, no retries.
+
+        Asks ``GET {base_url}/models`` (with the key): ready when it answers 200 and lists
+        the model (or lists none). A server without that route (404, 405) is asked for a
+        one-token completion instead. Returns ``(ready, code, detail)``: code ``ok``,
+        ``model_not_listed``, or a :class:`ClientError` code (``backend_unavailable``,
+        ``auth_failed``, ``timeout``...).
+        """
+        try:
+            response = self._http.get(f"{self.base_url}/models", headers=self._headers())
+        except httpx.HTTPError as exc:
+            error = self._transport_error(exc)
+            return False, error.code, str(error)
+        if response.status_code in (404, 405):
+            try:
+                reply = self._complete_once(self._body([Message("user", "ping")], False, 1,
+                                                       None))
+            except ClientError as exc:
+                if exc.code == "empty_response":  # it answered: one token may be nothing
+                    return True, "ok", f"{self.model} answered a one-token request"
+                return False, exc.code, str(exc)
+            return True, "ok", f"{reply.model or self.model} answered a one-token request"
+        if response.status_code != 200:
+            error = self._status_error(response.status_code, response.headers,
+                                       response.content)
+            return False, error.code, str(error)
+        try:
+            listed = [m.get("id") for m in json.loads(response.content).get("data", [])
+                      if isinstance(m, dict)]
+        except (ValueError, AttributeError):
+            listed = []
+        if listed and self.model not in listed:
+            shown = ", ".join(str(m) for m in listed[:10])
+            return False, "model_not_listed", f"the server lists {shown}, not {self.model}"
+        return True, "ok", (f"{self.model} is listed" if listed else
+                            "the server answers (it lists no models)")
 
     # -- one request --------------------------------------------------------------------
 
@@ -342,6 +384,9 @@ class ChatClient:
         choices = payload.get("choices") or []  # a usage chunk has an empty list
         if not isinstance(choices, list):
             raise self._error("a stream event's choices is not a list", "bad_response")
+        usage = payload.get("usage")
+        if isinstance(usage, dict) and usage:
+            yield Delta(usage=usage)
         for choice in choices[:1]:
             if not isinstance(choice, dict):
                 continue

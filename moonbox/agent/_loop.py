@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from .._errors import ConfigError, ScriptError
-from ..bindings import Permissions, Registry
+from .._errors import BudgetExceeded, ConfigError, ScriptError
+from ..bindings import Permissions, Registry, Veto
 from ..sandbox import Budget
 from ..store import Store, StoreError
 from ._cancel import CancelToken
-from ._client import Delta, LLMClient, Reply, collect
+from ._client import Delta, LLMClient, Message, Reply, collect
 from ._errors import AgentError, Cancelled, ClientError, GenerationLimited
 from ._extract import extract_lua
 from ._prompt import ApiStyle, PromptBuilder, role_prompt
@@ -37,6 +37,8 @@ __all__ = [
     "Event",
     "EventName",
     "GoLive",
+    "LLMHook",
+    "LLMRequest",
     "Programmer",
     "ProgrammerResult",
     "Published",
@@ -53,9 +55,58 @@ DEFAULT_BUDGET = Budget(steps=1_000_000, alloc_bytes="16MB", wall_s=0.5, max_mem
 EventName = Literal[
     "generation_started", "generation_delta", "generation_finished", "execution_succeeded",
     "execution_failed", "repair_requested", "repair_exhausted", "version_recorded",
-    "rate_limited", "client_failed", "cancelled", "went_live",
+    "rate_limited", "client_failed", "cancelled", "went_live", "request_vetoed",
+    "budget_tripped",
 ]
-ResultStatus = Literal["solved", "exhausted", "rate_limited", "client_error", "cancelled"]
+ResultStatus = Literal["solved", "exhausted", "rate_limited", "client_error", "cancelled",
+                       "vetoed"]
+
+_UNITS = BudgetExceeded._UNITS  # steps, bytes, s: as the trip's own message says
+
+
+@dataclass(frozen=True, slots=True)
+class LLMRequest:
+    """One generation as the LLM hooks see it (and may amend: return a changed copy).
+
+    Attributes:
+        role: the role asking.
+        model: where the request goes (the client's model, or its profile's).
+        trace_id, attempt: the task's trace and the attempt's number.
+        messages: the prompt.
+        max_tokens, temperature: the request's options.
+        profile: the routing profile serving the role, when the client is routed.
+    """
+
+    role: str
+    model: str
+    trace_id: str
+    attempt: int
+    messages: tuple[Message, ...]
+    max_tokens: int | None = None
+    temperature: float | None = None
+    profile: str | None = None
+
+
+@dataclass(frozen=True)
+class LLMHook:
+    """Code the host runs around each LLM request of a :class:`Programmer`.
+
+    Every ``before`` hook runs, in the order given, each seeing the request as the ones
+    before it amended it; it returns ``None`` (no change), an amended
+    :class:`LLMRequest`, or a :class:`~moonbox.bindings.Veto`, which ends the task with
+    status ``vetoed`` once every hook has run (the request is not sent). ``after`` hooks
+    see the request and the reply, whose ``usage`` and ``retries`` say what it cost. A hook
+    that raises is logged and skipped: raising is not a veto.
+    """
+
+    name: str
+    before: Callable[[LLMRequest], LLMRequest | Veto | None] | None = field(
+        default=None, repr=False)
+    after: Callable[[LLMRequest, Reply], object] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.before is None and self.after is None:
+            raise ValueError(f"LLM hook {self.name!r} has neither before nor after")
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +207,9 @@ class Attempt:
     values: tuple[Any, ...] = ()
     stats: dict[str, Any] = field(default_factory=dict)
     generation_s: float = 0.0
+    usage: dict[str, Any] = field(default_factory=dict)
+    retries: int = 0
+    calls: tuple[dict[str, Any], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -174,6 +228,7 @@ class Attempt:
             "checks": [c.to_dict() for c in self.checks], "reports": list(self.reports),
             "values": _plain(list(self.values)), "stats": self.stats,
             "generation_s": round(self.generation_s, 6),
+            "usage": dict(self.usage), "retries": self.retries, "calls": list(self.calls),
         }
 
 
@@ -275,6 +330,9 @@ class Programmer:
         max_tokens, temperature: passed to the client.
         new_trace_id: makes trace ids (default: 16 random hex digits).
         clock: for generation times (``time.monotonic``).
+        llm_hooks: :class:`LLMHook` objects run around each request, in order.
+        call_history: binding calls each attempt keeps (the default sandbox run records
+            them in ``Attempt.calls``, with the call ids and the trace id); 0: none.
 
     Raises:
         ConfigError: ``max_repairs`` is negative, or no prompt ships for ``role`` and no
@@ -304,6 +362,8 @@ class Programmer:
         temperature: float | None = None,
         new_trace_id: Callable[[], str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        llm_hooks: Sequence[LLMHook] = (),
+        call_history: int = 64,
     ) -> None:
         if max_repairs < 0:
             raise ConfigError("max_repairs must be zero or more")
@@ -334,18 +394,49 @@ class Programmer:
         self._new_trace_id = new_trace_id or (lambda: uuid.uuid4().hex[:16])
         self._clock = clock
         self._builders: dict[tuple[str, str], PromptBuilder] = {}
+        self.llm_hooks: list[LLMHook] = list(llm_hooks)
+        self.call_history = call_history
+        self._lock = threading.Lock()
+        self._running: dict[str, CancelToken] = {}  # trace id -> token, while it runs
+
+    # -- control ----------------------------------------------------------------------------
+
+    def stop(self, trace_id: str | None = None, reason: str = "stopped") -> int:
+        """Stop the running task with ``trace_id`` (every running task if ``None``) at its
+        next safe point; a buffered generation under way is given up at once. Returns
+        how many were told."""
+        with self._lock:
+            tokens = [t for tid, t in self._running.items()
+                      if trace_id is None or tid == trace_id]
+        for token in tokens:
+            token.cancel(reason)
+        return len(tokens)
+
+    @property
+    def running(self) -> tuple[str, ...]:
+        """The trace ids of the tasks running now."""
+        with self._lock:
+            return tuple(self._running)
+
+    def clear_context(self) -> None:
+        """Forget what the role keeps between tasks: the prompt builders (each holds the
+        stable prefix made from the registry as it was), so the next prompt is built from
+        the bindings of now. A running task keeps the prompt it has."""
+        with self._lock:
+            self._builders = {}
 
     def prompt(self, task: Task) -> PromptBuilder:
         """The prompt builder for a task's permissions and budget (one per pair, reused)."""
         budget = task.budget or self.budget
         key = (task.permissions.model_dump_json(), budget.model_dump_json())
-        builder = self._builders.get(key)
+        builders = self._builders
+        builder = builders.get(key)
         if builder is None:
             builder = PromptBuilder(self.registry, task.permissions, budget=budget,
                                     role=self.role, role_text=self.role_text,
                                     host_rules=self.host_rules,
                                     api_style=self.api_style)
-            self._builders[key] = builder
+            builders[key] = builder
         return builder
 
     def run(
@@ -368,6 +459,17 @@ class Programmer:
             task = Task(task)
         trace_id = trace_id or self._new_trace_id()
         cancel = cancel or CancelToken()
+        with self._lock:
+            self._running[trace_id] = cancel
+        try:
+            return self._run(task, cancel, trace_id, on_event)
+        finally:
+            with self._lock:
+                if self._running.get(trace_id) is cancel:
+                    del self._running[trace_id]
+
+    def _run(self, task: Task, cancel: CancelToken, trace_id: str,
+             on_event: Callable[[Event], None] | None) -> ProgrammerResult:
         listeners = [f for f in (self.on_event, on_event) if f is not None]
 
         def emit(name: EventName, attempt: int, **data: Any) -> None:
@@ -403,25 +505,42 @@ class Programmer:
                 return end("rate_limited", exc)
             messages = builder.messages(task.text, world_summary=self._world_now(task),
                                         repair=repair)
-            emit("generation_started", number, role=self.role, model=self.client.model)
+            profile = getattr(self.client, "profile", None)
+            request = LLMRequest(self.role, self.client.model, trace_id, number,
+                                 tuple(messages), self.max_tokens, self.temperature,
+                                 profile if isinstance(profile, str) else None)
+            request, veto = self._before(request)
+            if veto is not None:
+                emit("request_vetoed", number, reason=veto.reason)
+                return end("vetoed", AgentError(f"an LLM hook vetoed the request: "
+                                                f"{veto.reason}", code="vetoed"))
+            emit("generation_started", number, role=self.role, model=request.model,
+                 profile=request.profile)
             started = self._clock()
             try:
-                reply = self._generate(messages, cancel, lambda text, n=number: emit(
+                reply = self._generate(request, cancel, lambda text, n=number: emit(
                     "generation_delta", n, text=text))
             except Cancelled as exc:
                 emit("cancelled", number, reason=exc.reason)
                 return end("cancelled", exc)
             except ClientError as exc:
+                retries = max(0, (exc.attempts or 1) - 1)
                 if exc.code != "empty_response":
-                    emit("client_failed", number, code=exc.code, message=str(exc))
+                    emit("client_failed", number, code=exc.code, message=str(exc),
+                         retries=retries, model=request.model, profile=request.profile)
                     return end("client_error", exc)
-                reply = Reply("", finish_reason=exc.finish_reason)
+                reply = Reply("", finish_reason=exc.finish_reason, retries=retries)
             generation_s = self._clock() - started
+            self._after(request, reply)
             emit("generation_finished", number, chars=len(reply.content),
-                 seconds=round(generation_s, 6))
+                 seconds=round(generation_s, 6), model=reply.model or request.model,
+                 profile=request.profile, usage=dict(reply.usage), retries=reply.retries)
 
             attempt = self._attempt(number, reply, task, budget, trace_id, cancel,
                                     generation_s)
+            attempt = replace(attempt, usage=dict(reply.usage), retries=reply.retries)
+            if attempt.failure is not None and attempt.failure.kind == "budget":
+                self._budget_trip(task, attempt, trace_id, emit)
             if attempt.failure is None:
                 emit("execution_succeeded", number, reports=list(attempt.reports),
                      stats=attempt.stats)
@@ -450,14 +569,56 @@ class Programmer:
 
     # -- one round ------------------------------------------------------------------------
 
-    def _generate(self, messages: Sequence[Any], cancel: CancelToken,
+    def _before(self, request: LLMRequest) -> tuple[LLMRequest, Veto | None]:
+        veto: Veto | None = None
+        for hook in self.llm_hooks:
+            if hook.before is None:
+                continue
+            try:
+                verdict = hook.before(request)
+            except Exception:
+                log.exception("LLM hook %r failed before a request (trace %s); skipped",
+                              hook.name, request.trace_id)
+                continue
+            if isinstance(verdict, Veto):
+                veto = veto or verdict
+            elif isinstance(verdict, LLMRequest):
+                request = verdict
+        return request, veto
+
+    def _after(self, request: LLMRequest, reply: Reply) -> None:
+        for hook in self.llm_hooks:
+            if hook.after is None:
+                continue
+            try:
+                hook.after(request, reply)
+            except Exception:
+                log.exception("LLM hook %r failed after a request (trace %s); skipped",
+                              hook.name, request.trace_id)
+
+    def _budget_trip(self, task: Task, attempt: Attempt, trace_id: str,
+                     emit: Callable[..., None]) -> None:
+        """A budget trip, as one structured log record (``record.moonbox``) and an event."""
+        failure = attempt.failure
+        assert failure is not None
+        record = {"event": "budget_tripped", "trace_id": trace_id, "attempt": attempt.number,
+                  "mod": task.mod_id, "key": task.key, "budget": failure.budget,
+                  "limit": failure.limit, "used": failure.used,
+                  "unit": _UNITS.get(failure.budget or "", None),
+                  "where": failure.where if failure.chunk else None}
+        log.warning("budget trip: %s budget of %s (trace %s, attempt %d)", failure.budget,
+                    task.key, trace_id, attempt.number, extra={"moonbox": record})
+        emit("budget_tripped", attempt.number, **{k: v for k, v in record.items()
+                                                  if k not in ("event", "trace_id",
+                                                               "attempt")})
+
+    def _generate(self, request: LLMRequest, cancel: CancelToken,
                   on_text: Callable[[str], None]) -> Reply:
-        options = {"max_tokens": self.max_tokens, "temperature": self.temperature}
+        messages = list(request.messages)
+        options = {"max_tokens": request.max_tokens, "temperature": request.temperature}
         if not self.stream:
-            reply = self.client.complete(messages, **options)
-            if cancel.cancelled:
-                raise Cancelled(cancel.reason)
-            return reply
+            return self._interruptible(lambda: self.client.complete(messages, **options),
+                                       cancel)
         pieces = self.client.stream(messages, **options)
         try:
             return collect(self._watch(pieces, cancel, on_text), model=self.client.model)
@@ -465,6 +626,40 @@ class Programmer:
             close = getattr(pieces, "close", None)
             if close is not None:
                 close()
+
+    @staticmethod
+    def _interruptible(request: Callable[[], Reply], cancel: CancelToken) -> Reply:
+        """A buffered generation that a cancellation interrupts: it runs in a thread of
+        its own, and a cancel stops the wait at once. The request given up finishes (or
+        times out) in the background, bounded by the client's timeouts; its reply is
+        dropped."""
+        if cancel.cancelled:
+            raise Cancelled(cancel.reason)
+        outcome: list[Any] = []
+        wake = threading.Event()
+
+        def work() -> None:
+            try:
+                outcome.append((True, request()))
+            except BaseException as exc:  # handed to the waiting thread
+                outcome.append((False, exc))
+            finally:
+                wake.set()
+
+        remove = cancel.on_cancel(wake.set)
+        try:
+            threading.Thread(target=work, name="moonbox-generation", daemon=True).start()
+            wake.wait()
+        finally:
+            remove()
+        if not outcome:  # woken by the cancellation, the request still under way
+            raise Cancelled(cancel.reason)
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        if cancel.cancelled:
+            raise Cancelled(cancel.reason)
+        return value  # type: ignore[no-any-return]
 
     @staticmethod
     def _watch(pieces: Iterator[Delta], cancel: CancelToken,
@@ -501,6 +696,7 @@ class Programmer:
         values = tuple(getattr(result, "values", ()) or ())
         stats_obj = getattr(result, "stats", None)
         stats = stats_obj.to_dict() if hasattr(stats_obj, "to_dict") else {}
+        calls = tuple(getattr(result, "calls", ()) or ())
         error = getattr(result, "error", None)
         refused = tuple(getattr(result, "refused", ()) or ())
         if error is not None:
@@ -508,11 +704,11 @@ class Programmer:
                                          task.permissions)
             failure = replace(failure, refused=refused, values=values)
             return Attempt(number, reply.content, code, failure, (), reports, values, stats,
-                           generation_s)
+                           generation_s, calls=calls)
         if refused:
             failure = Failure.refusals(refused, reports, values)
             return Attempt(number, reply.content, code, failure, (), reports, values, stats,
-                           generation_s)
+                           generation_s, calls=calls)
         checks = run_checks(task.checks, result)
         failed = [c for c in checks if not c.passed]
         failure = None
@@ -521,7 +717,7 @@ class Programmer:
             failure = Failure("check", f"acceptance check failed: {message}", reports=reports,
                               checks=checks, values=values)
         return Attempt(number, reply.content, code, failure, checks, reports, values, stats,
-                       generation_s)
+                       generation_s, calls=calls)
 
     def _world_now(self, task: Task) -> str:
         """The world summary for the next prompt: the dry-run host's, as of now, when it
@@ -546,9 +742,14 @@ class Programmer:
 
     def _sandbox_run(self, script: Script) -> RunResult:
         api = self.registry.mod(script.mod_id, script.permissions)
+        api.trace_id = script.trace_id
+        if self.call_history:
+            api.record_calls(self.call_history)
         try:
             with api.sandbox(script.budget) as sandbox:
-                return sandbox.run(script.source, script.chunk)
+                outcome = sandbox.run(script.source, script.chunk)
+            calls = tuple(c.to_dict() for c in api.calls)
+            return _WithCalls(outcome, calls) if calls else outcome
         finally:
             api.close()
 
@@ -582,6 +783,17 @@ class Programmer:
         except StoreError:
             return None, None
         return current.content, current.rev
+
+
+class _WithCalls:
+    """A sandbox run's outcome with the binding calls it made (``calls``)."""
+
+    def __init__(self, outcome: Any, calls: tuple[dict[str, Any], ...]) -> None:
+        self._outcome = outcome
+        self.calls = calls
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._outcome, name)
 
 
 def _plain(value: Any) -> Any:

@@ -1,11 +1,13 @@
 """A request queue for agent work: priority, a concurrency cap, latest-wins scopes.
 
-``submit(fn, priority=, scope=, cancel=)`` queues ``fn(token)``; higher priority starts
-first, equal priorities in submission order; at most ``max_concurrent`` run at once, each
-in a worker thread. A new request with the same non-empty ``scope`` cancels the older ones
-of that scope (queued ones never start; running ones see their token cancelled, which the
-Programmer loop checks at every step). :meth:`Ticket.cancel` cancels one request, and a
-caller's own token cancelled before the request starts means it never starts.
+``submit(fn, priority=, scope=, owner=, cancel=)`` queues ``fn(token)``; higher priority
+starts first, equal priorities in submission order; at most ``max_concurrent`` run at once,
+each in a worker thread. A new request with the same non-empty ``scope`` *and the same
+owner* (a session or a user) cancels the older ones of that scope (queued ones never start;
+running ones see their token cancelled, which the Programmer loop checks at every step):
+two users asking the same role never cancel each other. :meth:`Ticket.cancel` cancels one
+request, and a caller's own token cancelled before the request starts means it never
+starts. A request that was running when cancelled ends ``cancelled``, not ``done``.
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ class Ticket(Generic[T]):
     """One queued request: its state, its token, and later its result."""
 
     def __init__(self, fn: Callable[[CancelToken], T], priority: int, scope: str, seq: int,
-                 token: CancelToken) -> None:
+                 token: CancelToken, owner: str = "") -> None:
         self.fn = fn
         self.priority = priority
         self.scope = scope
+        self.owner = owner
         self.seq = seq
         self.token = token
         self.state: TicketState = "queued"
@@ -44,7 +47,8 @@ class Ticket(Generic[T]):
 
     def __repr__(self) -> str:
         scope = f", scope={self.scope!r}" if self.scope else ""
-        return f"Ticket(#{self.seq}, priority={self.priority}{scope}, {self.state})"
+        owner = f", owner={self.owner!r}" if self.owner else ""
+        return f"Ticket(#{self.seq}, priority={self.priority}{scope}{owner}, {self.state})"
 
     def cancel(self, reason: str = "cancelled") -> bool:
         """Cancel: a queued request never starts; a running one sees its token cancelled.
@@ -90,6 +94,9 @@ class Ticket(Generic[T]):
     def result(self, timeout: float | None = None) -> T:
         """The request's return value.
 
+        A request cancelled while it ran returns what it returned (a
+        ``ProgrammerResult`` with status ``cancelled``) or raises what it raised.
+
         Raises:
             Cancelled: the request was cancelled before it started.
             TimeoutError: not finished within ``timeout`` seconds.
@@ -123,14 +130,15 @@ class RequestQueue:
         self._closed = False
 
     def submit(self, fn: Callable[[CancelToken], T], *, priority: int = 0, scope: str = "",
-               cancel: CancelToken | None = None) -> Ticket[T]:
+               owner: str = "", cancel: CancelToken | None = None) -> Ticket[T]:
         """Queue ``fn(token)``; returns its :class:`Ticket`.
 
         Args:
             fn: the request; it gets the ticket's token and should stop when it is cancelled.
             priority: higher starts first.
-            scope: a non-empty scope cancels the live requests of the same scope
+            scope: a non-empty scope cancels the live requests of the same scope and owner
                 (latest wins).
+            owner: whose request it is (a session, a user): scopes are partitioned by it.
             cancel: the caller's token; cancelled before the start, the request never runs.
 
         Raises:
@@ -140,9 +148,10 @@ class RequestQueue:
             if self._closed:
                 raise AgentError("the request queue is closed", code="closed")
             ticket: Ticket[T] = Ticket(fn, priority, scope, next(self._seq),
-                                       cancel or CancelToken())
+                                       cancel or CancelToken(), owner)
             if scope:
-                for older in [t for t in self._live if t.scope == scope]:
+                for older in [t for t in self._live
+                              if t.scope == scope and t.owner == owner]:
                     older.cancel("superseded")
             self._live.append(ticket)
             heapq.heappush(self._heap, (-priority, ticket.seq, ticket))
@@ -154,11 +163,28 @@ class RequestQueue:
             self._cond.notify()
         return ticket
 
-    def cancel_scope(self, scope: str) -> int:
-        """Cancel every live request of ``scope``; returns how many."""
+    def cancel_scope(self, scope: str, owner: str | None = "") -> int:
+        """Cancel every live request of ``scope`` of ``owner`` (``None``: of every owner);
+        returns how many."""
         with self._cond:
-            tickets = [t for t in self._live if t.scope == scope]
+            tickets = [t for t in self._live if t.scope == scope
+                       and (owner is None or t.owner == owner)]
         return sum(t.cancel() for t in tickets)
+
+    def cancel_owner(self, owner: str, reason: str = "cancelled") -> int:
+        """Cancel every live request of ``owner`` (a session that ended); returns how
+        many."""
+        with self._cond:
+            tickets = [t for t in self._live if t.owner == owner]
+        return sum(t.cancel(reason) for t in tickets)
+
+    def tickets(self, *, owner: str | None = None) -> tuple[Ticket[Any], ...]:
+        """The live requests (queued or running), of ``owner`` if given, in submission
+        order."""
+        with self._cond:
+            return tuple(sorted((t for t in self._live if not t.done()
+                                 and (owner is None or t.owner == owner)),
+                                key=lambda t: t.seq))
 
     @property
     def pending(self) -> int:
@@ -200,15 +226,28 @@ class RequestQueue:
                     continue
             try:
                 result = ticket.fn(ticket.token)
+            except Cancelled as exc:
+                with ticket._lock:
+                    ticket._finish("cancelled", error=exc)
             except BaseException as exc:
                 with ticket._lock:
                     ticket._finish("failed", error=exc)
             else:
                 with ticket._lock:
-                    ticket._finish("done", result=result)
+                    ticket._finish(_ended(result, ticket.token), result=result)
             with self._cond:
                 self._forget(ticket)
 
     def _forget(self, ticket: Ticket[Any]) -> None:
         if ticket in self._live:
             self._live.remove(ticket)
+
+
+def _ended(result: Any, token: CancelToken) -> TicketState:
+    """How a request that returned ended: as its result says when it says (a
+    ``ProgrammerResult`` whose status is ``cancelled``, or one that was solved despite a
+    late cancellation), else ``cancelled`` when its token was cancelled, else ``done``."""
+    status = getattr(result, "status", None)
+    if isinstance(status, str):
+        return "cancelled" if status == "cancelled" else "done"
+    return "cancelled" if token.cancelled else "done"

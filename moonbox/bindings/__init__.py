@@ -14,7 +14,7 @@ from ._defaults import AddArgs, ReportArgs, add, default_bindings, report
 from ._hooks import CallInfo, Hook, Veto
 from ._permissions import MODES, Decision, Mode, Permissions, Risk
 from ._query import REFUSAL_CODES, QueryInfo, QueryLimits, QuerySource, Reading
-from ._registry import ModApi, Registry
+from ._registry import MAX_CALL_HISTORY, CallRecord, ModApi, Registry
 from ._scope import Scope, ScopeClosed
 from ._stubs import render_stubs
 
@@ -26,10 +26,12 @@ __all__ = [
     "BINDING_CODES",
     "Binding",
     "CallInfo",
+    "CallRecord",
     "Decision",
     "Hook",
     "LuaFunction",
     "LuaNumber",
+    "MAX_CALL_HISTORY",
     "MODES",
     "ModApi",
     "Mode",

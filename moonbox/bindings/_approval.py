@@ -44,6 +44,7 @@ class ApprovalRequest:
         call_id: the call waiting for the answer (the id its hooks and result carry).
         prepared: what the binding's ``prepare`` step bound (the concrete target), or
             ``None`` for a binding without one.
+        trace_id: the trace the mod's calls run under, or ``None``.
     """
 
     mod: str
@@ -52,6 +53,7 @@ class ApprovalRequest:
     args: dict[str, Any]
     call_id: int = 0
     prepared: Any = None
+    trace_id: str | None = None
 
 
 Approver = Callable[[ApprovalRequest], "bool | Answer"]

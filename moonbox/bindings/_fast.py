@@ -12,6 +12,7 @@ own, so it cannot disagree with pydantic about what is valid; it only declines.
 
 from __future__ import annotations
 
+import itertools
 import types
 import typing
 from collections.abc import Callable
@@ -22,7 +23,11 @@ from pydantic import BaseModel, Strict
 from pydantic.fields import FieldInfo
 from pydantic.types import AllowInfNan
 
-__all__ = ["fast_checker", "lane_factory"]
+__all__ = ["fast_checker", "lane_factory", "next_call_id"]
+
+# Call ids: unique among every call of the process, so that calls from several registries
+# (a game and its forks) never share one. Every path takes one, the lane included.
+next_call_id = itertools.count(1).__next__
 
 Checker = Callable[[tuple[Any, ...]], "tuple[Any, ...] | None"]
 LaneFactory = Callable[..., Callable[[Any, tuple[Any, ...]], "tuple[Any, ...] | None"]]
@@ -125,7 +130,8 @@ def lane_factory(model: type[BaseModel]) -> LaneFactory | None:
     available with no hooks, no approval and no preparation, -1 otherwise), it checks the
     arguments as they come from Lua, calls ``fn`` and returns its result: one value as it
     is, else a tuple (through ``results``); or it returns ``None`` and the call takes the
-    full path. If the registry changed while ``fn`` ran, ``mf._after_lane()`` raises when
+    full path. The call gets its id (``call.call_id``) as on every path. If the registry
+    changed while ``fn`` ran, ``mf._after_lane()`` raises when
     the call was aborted (its binding removed, its mod unloaded). One frame and no model
     between Lua and ``fn``.
     """
@@ -133,6 +139,7 @@ def lane_factory(model: type[BaseModel]) -> LaneFactory | None:
     if checks is None:
         return None
     lines, names, constants = checks
+    constants = {**constants, "next_call_id": next_call_id}
     body = [
         "    def lane(call, args):",
         "        version = registry._version",
@@ -143,9 +150,10 @@ def lane_factory(model: type[BaseModel]) -> LaneFactory | None:
         f"        {', '.join(names)}, = args",
         *(f"        {line}" for line in lines),
         "        call.mod = api",
+        "        call.call_id = next_call_id()",
         f"        result = fn(call, {', '.join(names)})",
         "        if registry._version != version:",
-        "            mf._after_lane()",
+        "            mf._after_lane(call)",
         "        if type(result) is tuple or mf._has_result:",
         "            return results(result)",
         "        return () if result is None else result",

@@ -31,6 +31,8 @@ class CallInfo:
         call_id: unique to this call (among every call of the process): approval requests,
             hooks, refusals and the log lines of the call carry it.
         prepared: what the binding's ``prepare`` step bound, or ``None`` without one.
+        trace_id: the trace the mod's calls run under (:attr:`ModApi.trace_id`: the
+            agent's attempt, say), or ``None``.
     """
 
     mod: str
@@ -40,6 +42,7 @@ class CallInfo:
     call_id: int = 0
     prepared: Any = None
     _aborted: Callable[[], str | None] | None = field(default=None, repr=False, compare=False)
+    trace_id: str | None = None
 
     @property
     def aborted(self) -> bool:

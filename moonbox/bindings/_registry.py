@@ -11,9 +11,11 @@ import itertools
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -21,20 +23,49 @@ from .._errors import BindingError, ConfigError
 from ..sandbox import Budget, HostCall, Sandbox
 from ._approval import Answer, ApprovalRequest, Approver, PendingApproval, settle_from
 from ._binding import Binding
+from ._fast import next_call_id
 from ._hooks import CallInfo, Hook, Veto
 from ._permissions import Decision, Permissions, Risk
 from ._query import QueryLimits, QueryRunner, QuerySource, query_bindings
 from ._scope import Scope
 
-__all__ = ["Answer", "ApprovalRequest", "Approver", "ModApi", "Registry"]
+__all__ = ["Answer", "ApprovalRequest", "Approver", "CallRecord", "ModApi", "Registry"]
 
 log = logging.getLogger("moonbox.bindings")
 
 DEFAULT_APPROVAL_TIMEOUT_S = 10.0
 
-# Call ids: unique among every call of the process, so that calls from several registries
-# (a game and its forks) never share one.
-_next_call_id = itertools.count(1).__next__
+_next_call_id = next_call_id
+
+MAX_CALL_HISTORY = 10_000
+"""The longest per-mod call history :meth:`Registry.record_calls` keeps."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One binding call in a mod's history (:attr:`ModApi.calls`).
+
+    Attributes:
+        call_id: the call's id (as its hooks, approval and refusal carry it).
+        trace_id: the trace the call ran under (:attr:`ModApi.trace_id`), or ``None``.
+        binding: the binding's name.
+        outcome: ``ok`` (it ran and returned), ``refused`` (a :class:`BindingError`:
+            arguments, denial, veto, abort...) or ``error`` (the host raised).
+        reason: the refusal's code (``vetoed``, ``aborted``, ``unknown_prefab``...), or
+            ``None``.
+        message: the refusal's line, or the host exception's type.
+    """
+
+    call_id: int
+    trace_id: str | None
+    binding: str
+    outcome: Literal["ok", "refused", "error"]
+    reason: str | None = None
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"call_id": self.call_id, "trace_id": self.trace_id, "binding": self.binding,
+                "outcome": self.outcome, "reason": self.reason, "message": self.message}
 
 
 class Registry:
@@ -71,6 +102,8 @@ class Registry:
         self._scopes: dict[str, Scope] = {}
         self._pending: dict[int, PendingApproval] = {}  # call id -> its open question
         self._closed = False
+        self._history = 0  # calls kept per mod (record_calls); 0: none
+        self.trace_id: str | None = None
         self._executor = ThreadPoolExecutor(max_host_threads, thread_name_prefix="moonbox-host")
         # Approvers wait on people: their own threads, so they never starve query reads.
         self._approvals = ThreadPoolExecutor(max_host_threads, thread_name_prefix="moonbox-ask")
@@ -206,6 +239,29 @@ class Registry:
         hooks = [h for _, _, h in self._hooks if h.matches(name)]
         return (tuple(h for h in hooks if h.pre_call is not None),
                 tuple(h for h in hooks if h.post_call is not None))
+
+    # -- observability -------------------------------------------------------------------
+
+    def record_calls(self, limit: int) -> None:
+        """Keep the last ``limit`` binding calls of every mod of this registry
+        (:attr:`ModApi.calls`); ``0`` stops recording and drops the histories.
+
+        A recorded call takes the full path (as a hook would make it): recording costs the
+        short path and the lane, so it is off unless asked for.
+
+        Raises:
+            ConfigError: ``limit`` is negative or over :data:`MAX_CALL_HISTORY`.
+        """
+        if not isinstance(limit, int) or not 0 <= limit <= MAX_CALL_HISTORY:
+            raise ConfigError(f"a call history holds 0 to {MAX_CALL_HISTORY} calls")
+        with self._lock:
+            self._history = limit
+            self._version += 1
+
+    @property
+    def call_history(self) -> int:
+        """How many calls per mod :meth:`record_calls` keeps (0: none)."""
+        return self._history
 
     # -- query sources -------------------------------------------------------------------
 
@@ -368,6 +424,9 @@ class ModApi:
         self._closed = False
         self._remembered: dict[str, bool] = {}
         self._asking: set[str] = set()  # bindings whose approver has not returned yet
+        self._trace_id: str | None = None
+        self._history: int | None = None  # record_calls of this mod; None: the registry's
+        self._calls: deque[CallRecord] = deque(maxlen=max(1, registry._history))
         functions: list[_ModFunction | _DeniedFunction] = []
         for binding, decision in registry.granted(permissions):
             if decision == "deny":
@@ -376,6 +435,7 @@ class ModApi:
                 continue
             functions.append(_ModFunction(self, binding, decision == "ask"))
         self.host_functions: tuple[_ModFunction | _DeniedFunction, ...] = tuple(functions)
+        self._functions = {f.name: f for f in functions if isinstance(f, _ModFunction)}
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -385,6 +445,66 @@ class ModApi:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def trace_id(self) -> str | None:
+        """The trace this mod's calls run under (the agent's attempt, say): its own if set,
+        else the registry's (:attr:`Registry.trace_id`). Hooks, approval requests and the
+        call history carry it."""
+        return self._trace_id if self._trace_id is not None else self.registry.trace_id
+
+    @trace_id.setter
+    def trace_id(self, value: str | None) -> None:
+        self._trace_id = value
+
+    @property
+    def calls(self) -> tuple[CallRecord, ...]:
+        """The mod's last binding calls, oldest first, while they are recorded
+        (:meth:`record_calls`, :meth:`Registry.record_calls`); empty otherwise."""
+        if not self.call_history:
+            return ()
+        return tuple(self._calls)
+
+    @property
+    def call_history(self) -> int:
+        """How many calls of this mod are kept: its own :meth:`record_calls`, else the
+        registry's."""
+        return self._history if self._history is not None else self.registry._history
+
+    def record_calls(self, limit: int | None) -> None:
+        """Keep the last ``limit`` calls of this mod alone (``None``: as the registry
+        says). As with :meth:`Registry.record_calls`, recorded calls take the full path.
+
+        Raises:
+            ConfigError: ``limit`` is negative or over :data:`MAX_CALL_HISTORY`.
+        """
+        if limit is not None and (not isinstance(limit, int)
+                                  or not 0 <= limit <= MAX_CALL_HISTORY):
+            raise ConfigError(f"a call history holds 0 to {MAX_CALL_HISTORY} calls")
+        registry = self.registry
+        with registry._lock:
+            self._history = limit
+            registry._version += 1  # this mod's functions look again
+
+    def _record(self, record: CallRecord) -> None:
+        limit = self.call_history
+        if not limit:
+            return
+        calls = self._calls
+        if calls.maxlen != limit:
+            calls = self._calls = deque(calls, maxlen=limit)
+        calls.append(record)
+
+    def call_aborted(self, name: str) -> str | None:
+        """Why a running call of binding ``name`` no longer counts (its binding removed,
+        the mod unloaded), or ``None``: what :attr:`HostCall.aborted` and
+        :attr:`HostCall.cancelled` read, so that a binding working long sees it."""
+        if self._closed:
+            return "the mod was unloaded"
+        function = self._functions.get(name)
+        if function is None:
+            return None
+        return function._gone(function._serial)
 
     def sandbox(self, budget: Budget | None = None, **options: Any) -> Sandbox:
         """A sandbox with this mod's host functions (other options as :class:`Sandbox`)."""
@@ -439,7 +559,8 @@ class ModApi:
             raise BindingError("no time left in this resume to ask [approval_timed_out]",
                                reason="approval_timed_out")
         request = ApprovalRequest(self.mod_id, name, binding.risk,
-                                  args.model_dump(mode="json"), call_id, prepared)
+                                  args.model_dump(mode="json"), call_id, prepared,
+                                  self.trace_id)
         approval = PendingApproval(request, binding, self)
         registry = self.registry
         gone = registry._track(approval)
@@ -519,7 +640,8 @@ class _ModFunction:
         self._serial = registry._serial.get(self.name)
         self._pre, self._post = registry.hooks_for(self.name)
         self._plain = (self._available and not self._pre and not self._post
-                       and not self._ask and self.binding.prepare is None)
+                       and not self._ask and self.binding.prepare is None
+                       and not api.call_history)
         self._version = version
         self._lane_version = version if self._plain else -1
 
@@ -534,12 +656,14 @@ class _ModFunction:
             return "the binding was removed"
         return None
 
-    def _after_lane(self) -> None:
+    def _after_lane(self, call: HostCall) -> None:
         # The registry changed while the lane's fn ran: was the call aborted?
         why = self._gone(self._serial)
         if why is not None:
-            raise BindingError(f"{why} while the call ran; its result is dropped [aborted]",
+            exc = BindingError(f"{why} while the call ran; its result is dropped [aborted]",
                                reason="aborted")
+            exc.call_id = call.call_id
+            raise exc
 
     def __call__(self, call: HostCall, args: tuple[Any, ...]) -> tuple[Any, ...]:
         api = self._api
@@ -553,17 +677,24 @@ class _ModFunction:
         binding = self.binding
         if not self._plain:
             return self._observed(call, args)
-        # Nothing observes this call (no hook, approval or preparation): the short path.
+        # Nothing observes this call (no hook, approval, preparation or history): the
+        # short path. It still has its id, for the binding and for a refusal.
         serial = self._serial
-        if binding.unpack:
-            result = binding.fn(call, *binding.values(args))
-        else:
-            result = binding.fn(call, binding.validate(args))
-        if registry._version != version:
-            why = self._gone(serial)
-            if why is not None:
-                raise BindingError(f"{why} while the call ran; its result is dropped "
-                                   "[aborted]", reason="aborted")
+        call_id = call.call_id = _next_call_id()
+        try:
+            if binding.unpack:
+                result = binding.fn(call, *binding.values(args))
+            else:
+                result = binding.fn(call, binding.validate(args))
+            if registry._version != version:
+                why = self._gone(serial)
+                if why is not None:
+                    raise BindingError(f"{why} while the call ran; its result is dropped "
+                                       "[aborted]", reason="aborted")
+        except BindingError as exc:
+            if exc.call_id is None:
+                exc.call_id = call_id
+            raise
         # binding.results, written out for the bindings with no result model: this
         # runs on every binding call that no lane took.
         if self._has_result:
@@ -576,49 +707,63 @@ class _ModFunction:
         # The full path: the call gets an id that its approval request, hooks, refusal and
         # log lines carry.
         api = self._api
-        binding = self.binding
         serial = self._serial
         pre, post = self._pre, self._post
-        call_id = _next_call_id()
+        call_id = call.call_id = _next_call_id()
         try:
-            model = binding.validate(args)
-            prepared = binding.prepared(call, model)
-            info = CallInfo(api.mod_id, binding, model, call, call_id, prepared,
-                            lambda: self._gone(serial))
-            if self._ask:
-                api._ask(binding, model, call, call_id, prepared)
-            veto: Veto | None = None
-            for hook in pre:  # every one runs, even after a veto
-                try:
-                    verdict = hook.pre_call(info)  # type: ignore[misc]
-                except Exception:
-                    log.exception("pre_call hook %r failed on %r (call %d); skipped",
-                                  hook.name, self.name, call_id)
-                    continue
-                if veto is None and isinstance(verdict, Veto):
-                    veto = verdict
-            if veto is not None:
-                raise BindingError(f"{veto.reason} [vetoed]", reason="vetoed")
-            why = self._gone(serial)
-            if why is not None:
-                raise BindingError(f"{why} before the call could run [aborted]",
-                                   reason="aborted")
-            result = binding.invoke(call, model, prepared)
-            why = self._gone(serial)
-            if why is not None:
-                raise BindingError(f"{why} while the call ran; its result is dropped "
-                                   "[aborted]", reason="aborted")
-            for hook in post:
-                try:
-                    result = hook.post_call(info, result)  # type: ignore[misc]
-                except Exception:
-                    log.exception("post_call hook %r failed on %r (call %d); skipped",
-                                  hook.name, self.name, call_id)
-            return binding.results(result)
+            result = self._observed_call(call, args, call_id, serial, pre, post)
         except BindingError as exc:
             if exc.call_id is None:
                 exc.call_id = call_id
+            api._record(CallRecord(call_id, api.trace_id, self.name, "refused", exc.reason,
+                                   str(exc)))
             raise
+        except Exception as exc:
+            api._record(CallRecord(call_id, api.trace_id, self.name, "error", None,
+                                   type(exc).__name__))
+            raise
+        api._record(CallRecord(call_id, api.trace_id, self.name, "ok"))
+        return result
+
+    def _observed_call(self, call: HostCall, args: tuple[Any, ...], call_id: int,
+                       serial: int | None, pre: tuple[Hook, ...],
+                       post: tuple[Hook, ...]) -> tuple[Any, ...]:
+        api = self._api
+        binding = self.binding
+        model = binding.validate(args)
+        prepared = binding.prepared(call, model)
+        info = CallInfo(api.mod_id, binding, model, call, call_id, prepared,
+                        lambda: self._gone(serial), api.trace_id)
+        if self._ask:
+            api._ask(binding, model, call, call_id, prepared)
+        veto: Veto | None = None
+        for hook in pre:  # every one runs, even after a veto
+            try:
+                verdict = hook.pre_call(info)  # type: ignore[misc]
+            except Exception:
+                log.exception("pre_call hook %r failed on %r (call %d); skipped",
+                              hook.name, self.name, call_id)
+                continue
+            if veto is None and isinstance(verdict, Veto):
+                veto = verdict
+        if veto is not None:
+            raise BindingError(f"{veto.reason} [vetoed]", reason="vetoed")
+        why = self._gone(serial)
+        if why is not None:
+            raise BindingError(f"{why} before the call could run [aborted]",
+                               reason="aborted")
+        result = binding.invoke(call, model, prepared)
+        why = self._gone(serial)
+        if why is not None:
+            raise BindingError(f"{why} while the call ran; its result is dropped "
+                               "[aborted]", reason="aborted")
+        for hook in post:
+            try:
+                result = hook.post_call(info, result)  # type: ignore[misc]
+            except Exception:
+                log.exception("post_call hook %r failed on %r (call %d); skipped",
+                              hook.name, self.name, call_id)
+        return binding.results(result)
 
 
 class _DeniedFunction:

@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import click
 from rich import box
@@ -40,9 +40,11 @@ from ..agent import (
     GAME_MOD,
     ChatClient,
     Event,
+    EventName,
     LLMClient,
     Programmer,
     ProgrammerResult,
+    Router,
     ScriptedClient,
     Task,
     game_corpus_path,
@@ -56,17 +58,44 @@ from ..sandbox import Budget
 __all__ = ["agent", "eval_game_host", "eval_repair"]
 
 EXIT_OK, EXIT_UNSOLVED, EXIT_USAGE = 0, 1, 2
+EVENT_NAMES = frozenset(get_args(EventName))
 
 
 def _client(base_url: str | None, model: str | None, api_key_env: str | None,
-            replay: Path | None) -> LLMClient:
+            replay: Path | None, config: Path | None = None, role: str | None = None,
+            profile: str | None = None) -> LLMClient:
+    role = role or "programmer"
+    if sum(x is not None for x in (replay, base_url, config)) > 1:
+        raise click.UsageError("give one of --replay, --base-url or --config")
     if replay is not None:
-        if base_url is not None:
-            raise click.UsageError("give either --replay or --base-url, not both")
         return ScriptedClient.from_file(replay)
+    if config is not None:
+        router = _router(config)
+        if profile is not None:
+            router.switch(role, profile)
+        try:
+            return router.client(role)
+        except MoonboxError as exc:
+            raise click.UsageError(str(exc)) from None
+    if profile is not None:
+        raise click.UsageError("--profile needs --config")
     if base_url is None or model is None:
-        raise click.UsageError("give --base-url and --model (or --replay FILE)")
+        raise click.UsageError("give --base-url and --model (or --replay FILE, or --config)")
     return ChatClient(base_url, model, api_key_env=api_key_env)
+
+
+def _router(config: Path) -> Router:
+    try:
+        return Router.load(config)
+    except MoonboxError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _close(client: Any) -> None:
+    target = getattr(client, "router", client)  # a role's client: close its router
+    close = getattr(target, "close", None)
+    if close is not None:
+        close()
 
 
 def _backend_options(fn: Any) -> Any:
@@ -77,6 +106,12 @@ def _backend_options(fn: Any) -> Any:
                      help="The environment variable holding the API key (none: no key)."),
         click.option("--replay", type=click.Path(path_type=Path, exists=True, dir_okay=False),
                      help="Replay scripted replies from a JSON Lines file instead."),
+        click.option("--config", "config_path",
+                     type=click.Path(path_type=Path, exists=True, dir_okay=False),
+                     help="A routing config (TOML: endpoints, profiles, roles)."),
+        click.option("--role", help="The role whose profile serves the requests (with "
+                     "--config; default programmer; with --check: only this role)."),
+        click.option("--profile", help="Serve the role with this profile instead."),
         click.option("--repairs", type=click.IntRange(min=0), default=3, show_default=True,
                      help="Repair rounds after the first attempt."),
     ]):
@@ -85,7 +120,7 @@ def _backend_options(fn: Any) -> Any:
 
 
 @click.command()
-@click.argument("task")
+@click.argument("task", required=False)
 @_backend_options
 @click.option("--mode", type=click.Choice(sorted(MODES)), default="auto", show_default=True,
               help="The permission mode the script runs with.")
@@ -110,11 +145,20 @@ def _backend_options(fn: Any) -> Any:
               help="Ticks each attempt's fork runs (with --mods).")
 @click.option("--save-world", type=click.Path(path_type=Path, dir_okay=False),
               help="Write the live world (World.snapshot) here after the loop (with --mods).")
-def agent(task: str, base_url: str | None, model: str | None, api_key_env: str | None,
-          replay: Path | None, repairs: int, mode: str, key: str, store_path: Path | None,
+@click.option("--check", is_flag=True,
+              help="Probe the backend of each role of --config (or of --role) and exit.")
+@click.option("--dev", "via_dev", is_flag=True,
+              help="With --mods and --mod: give the task to the moonbox dev session running "
+                   "DIR (dev --agent-config) and follow its attempts.")
+@click.option("--wait", "wait_s", type=click.FloatRange(min=0, min_open=True), default=600,
+              show_default=True, help="With --dev: seconds to wait for the task to finish.")
+def agent(task: str | None, base_url: str | None, model: str | None,
+          api_key_env: str | None, replay: Path | None, config_path: Path | None,
+          role: str | None,
+          profile: str | None, repairs: int, mode: str, key: str, store_path: Path | None,
           steps: int, time_s: float, as_json: bool, mods_dir: Path | None,
           mod_id: str | None, mod_file: str | None, game_spec: str | None, fork_ticks: int,
-          save_world: Path | None) -> None:
+          save_world: Path | None, check: bool, via_dev: bool, wait_s: float) -> None:
     """Ask the Programmer for a script that does TASK, repairing it from its failures.
 
     The script runs with the default bindings (report, add) under --mode. With --mods DIR
@@ -127,17 +171,28 @@ def agent(task: str, base_url: str | None, model: str | None, api_key_env: str |
 
     console = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if check:
+        _check(base_url, model, api_key_env, config_path, role, profile, as_json, console)
+        return
+    if task is None:
+        raise click.UsageError("give the TASK (or --check)")
+    if via_dev:
+        if mods_dir is None or mod_id is None:
+            raise click.UsageError("--dev needs --mods DIR and --mod ID")
+        _agent_via_dev(task, mods_dir, mod_id, mod_file, wait_s, as_json, console, err)
+        return
+    client_args = (base_url, model, api_key_env, replay, config_path, role, profile)
     if mods_dir is not None or mod_id is not None:
         if mods_dir is None or mod_id is None:
             raise click.UsageError("give --mods DIR and --mod ID together")
-        _agent_for_mod(task, _client(base_url, model, api_key_env, replay), repairs, mode,
+        _agent_for_mod(task, _client(*client_args), repairs, mode,
                        store_path, as_json, mods_dir, mod_id, mod_file, game_spec,
                        fork_ticks, save_world, console, err)
         return
     if save_world is not None or mod_file is not None or game_spec is not None:
         raise click.UsageError("--save-world, --file and --game need --mods and --mod")
     try:
-        client = _client(base_url, model, api_key_env, replay)
+        client = _client(*client_args)
         budget = Budget(steps=steps, wall_s=time_s, alloc_bytes=DEFAULT_BUDGET.alloc_bytes,
                         max_memory=DEFAULT_BUDGET.max_memory)
         store = Store(store_path) if store_path is not None else None
@@ -157,9 +212,7 @@ def agent(task: str, base_url: str | None, model: str | None, api_key_env: str |
         registry.close()
         if store is not None:
             store.close()
-        close = getattr(client, "close", None)
-        if close is not None:
-            close()
+        _close(client)
     if as_json:
         print(json.dumps(result.to_dict(), ensure_ascii=False), flush=True)
     else:
@@ -213,9 +266,7 @@ def _agent_for_mod(task: str, client: LLMClient, repairs: int, mode: str,
         host.close()
         game.close()
         store.close()
-        close = getattr(client, "close", None)
-        if close is not None:
-            close()
+        _close(client)
     if as_json:
         data = result.to_dict()
         data["mod"] = mod_id
@@ -228,6 +279,97 @@ def _agent_for_mod(task: str, client: LLMClient, repairs: int, mode: str,
     if result.status == "client_error":
         sys.exit(EXIT_USAGE)
     sys.exit(EXIT_OK if result.solved else EXIT_UNSOLVED)
+
+
+def _agent_via_dev(task: str, mods_dir: Path, mod_id: str, mod_file: str | None,
+                   wait_s: float, as_json: bool, console: Console, err: Console) -> None:
+    """``moonbox agent TASK --mods DIR --mod ID --dev``: the task goes to the dev session's
+    inbox; its attempts are shown as the session runs them."""
+    import getpass
+
+    from ..agent import TaskInbox
+
+    inbox = TaskInbox.of(mods_dir)
+    try:
+        owner = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name: one owner for all
+        owner = ""
+    task_id = inbox.submit(mod_id, task, file=mod_file, owner=owner)
+    if not as_json:
+        console.print(f"[dim]task {task_id} handed to the dev session of "
+                      f"{escape(str(mods_dir))}[/]")
+    progress = _Progress(console) if not as_json else None
+    final: dict[str, Any] | None = None
+    try:
+        for record in inbox.follow(task_id, timeout_s=wait_s):
+            name = record.get("event")
+            if name == "task_failed":
+                err.print(f"[bold red]error:[/] {escape(str(record.get('error')))}")
+                sys.exit(EXIT_USAGE)
+            if name == "task_finished":
+                final = record["result"]
+            elif progress is not None and name in EVENT_NAMES:
+                data = {k: v for k, v in record.items()
+                        if k not in ("event", "trace_id", "attempt", "task_id")}
+                progress(Event(name, record.get("trace_id", ""), record.get("attempt", 0),
+                               data))
+    except TimeoutError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}: is moonbox dev "
+                  f"{escape(str(mods_dir))} --agent-config running?")
+        sys.exit(EXIT_USAGE)
+    assert final is not None
+    if as_json:
+        print(json.dumps({**final, "mod": mod_id, "task_id": task_id}, ensure_ascii=False),
+              flush=True)
+    else:
+        console.print(f"[bold]{escape(final['status'])}[/] after {len(final['attempts'])} "
+                      f"attempt(s), trace {final['trace_id']}")
+    if final["status"] == "client_error":
+        sys.exit(EXIT_USAGE)
+    sys.exit(EXIT_OK if final["status"] == "solved" else EXIT_UNSOLVED)
+
+
+def _check(base_url: str | None, model: str | None, api_key_env: str | None,
+           config: Path | None, role: str | None, profile: str | None, as_json: bool,
+           console: Console) -> None:
+    """``moonbox agent --check``: probe each role's backend; exit 0 when all are ready."""
+    from ..agent import Readiness
+
+    if config is not None:
+        router = _router(config)
+        try:
+            if profile is not None:
+                role = role or "programmer"
+                router.switch(role, profile)
+            if role is not None and role not in router.roles:
+                raise click.UsageError(f"no profile serves the role {role!r}")
+            found = router.check([role] if role is not None else None)
+        except MoonboxError as exc:
+            raise click.UsageError(str(exc)) from None
+        finally:
+            router.close()
+    else:
+        if base_url is None or model is None:
+            raise click.UsageError("--check needs --config, or --base-url and --model")
+        try:
+            client = ChatClient(base_url, model, api_key_env=api_key_env)
+        except MoonboxError as exc:
+            found = [Readiness(role or "programmer", "-", "-", base_url, model, False,
+                               "config", str(exc))]
+        else:
+            with client:
+                ready, code, detail = client.probe()
+            found = [Readiness(role or "programmer", "-", "-", base_url, model, ready, code,
+                               detail)]
+    if as_json:
+        print(json.dumps([r.to_dict() for r in found]), flush=True)
+    else:
+        for r in found:
+            mark = "[green]ready[/]" if r.ready else f"[red]not ready ({escape(r.code)})[/]"
+            console.print(f"{mark} [bold]{escape(r.role)}[/] -> profile "
+                          f"{escape(r.profile)}, model {escape(r.model)} at "
+                          f"{escape(r.base_url)}: [dim]{escape(r.detail)}[/]")
+    sys.exit(EXIT_OK if all(r.ready for r in found) else EXIT_UNSOLVED)
 
 
 class _Progress:
@@ -325,7 +467,8 @@ def eval_game_host(task: Any) -> Iterator[Any]:
 @click.option("--no-game", is_flag=True,
               help="Only the pure tasks, without the shipped game tasks.")
 def eval_repair(base_url: str | None, model: str | None, api_key_env: str | None,
-                replay: Path | None, repairs: int, corpus: Path | None,
+                replay: Path | None, config_path: Path | None, role: str | None,
+                profile: str | None, repairs: int, corpus: Path | None,
                 csv_path: Path | None, as_json: bool, no_game: bool) -> None:
     """Run the repair corpus through the loop and count what each round solved.
 
@@ -341,8 +484,9 @@ def eval_repair(base_url: str | None, model: str | None, api_key_env: str | None
         if corpus is None and not no_game:
             tasks += load_corpus(game_corpus_path())
         client = None
-        if base_url is not None:
-            client = _client(base_url, model, api_key_env, replay)
+        if base_url is not None or config_path is not None:
+            client = _client(base_url, model, api_key_env, replay, config_path, role,
+                             profile)
     except MoonboxError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -362,9 +506,7 @@ def eval_repair(base_url: str | None, model: str | None, api_key_env: str | None
         Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}")
         sys.exit(EXIT_USAGE)
     finally:
-        close = getattr(client, "close", None)
-        if close is not None:
-            close()
+        _close(client)
     if csv_path is not None:
         report.write_csv(csv_path)
     if as_json:

@@ -90,11 +90,20 @@ def _takes_isolation(factory: Any) -> bool:
 @click.option("--token", envvar="MOONBOX_DASHBOARD_TOKEN", default=None,
               help="With --dashboard: a secret every API request must carry (16+ "
                    "characters; or MOONBOX_DASHBOARD_TOKEN).")
+@click.option("--agent-config", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="Serve the task inbox (DIR/.moonbox-tasks) with the Programmer, its "
+                   "LLM routed by this config; moonbox agent TASK --mods DIR --mod ID "
+                   "--dev gives it tasks.")
+@click.option("--agent-replay", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="Serve the task inbox with scripted replies instead (JSON Lines).")
+@click.option("--agent-role", default="programmer", show_default=True,
+              help="With --agent-config: the role whose profile writes the mods.")
 def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | None,
         no_store: bool, grant_mode: str, tps: float, ticks: int | None, once: bool,
         debounce_ms: int, step_ms: int, isolate: bool, workers: int | None,
         worker_memory: int | None, with_dashboard: bool, port: int | None,
-        bind_host: str | None, token: str | None) -> None:
+        bind_host: str | None, token: str | None, agent_config: Path | None,
+        agent_replay: Path | None, agent_role: str) -> None:
     """Run a game with the mods of MODS_DIR and reload each mod when its files change.
 
     A changed mod is compiled and dry-run first; only a clean version is swapped in,
@@ -120,6 +129,12 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
     (the mod API for an editor, see moonbox stubs) and my-mods/.luarc.json. The example's
     glitch mod misbehaves on purpose: it passes its dry run, then trips its budget and is
     quarantined while the others play on.
+
+    With --agent-config (or --agent-replay) the session serves a task inbox: moonbox
+    agent "TASK" --mods DIR --mod ID --dev drops a task there and follows it; the
+    Programmer writes the mod while the game runs (each attempt in a fork, between two
+    ticks), the view shows its attempts as they run, and a verified version goes live as
+    a reload would.
     """
     from ..mods import ModError, ModHost, copy_arena_mods
     from ..mods._dev import (
@@ -208,6 +223,11 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
     plain = once or ticks is not None
     session = DevSession(host, tick_s=1.0 / tps, watch=not once, debounce_ms=debounce_ms,
                          step_ms=step_ms)
+    runner = _inbox_runner(mods_dir, host, session, agent_config, agent_replay, agent_role,
+                           fail)
+    if plain:
+        session.on_note = lambda note: console.print(
+            f"[{note[0]:4}] {escape(note[1])}: {escape(note[2])}")
     if plain:
         def on_result(result: Any) -> None:
             if result.ok:  # a refusal is a problem: on stderr, below
@@ -291,9 +311,30 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
             except KeyboardInterrupt:
                 pass
     finally:
+        if runner is not None:
+            runner.close()
         if board is not None:
             board.close()
         session.close()
         game.close()
         if store is not None:
             store.close()
+
+
+def _inbox_runner(mods_dir: Path, host: Any, session: Any, config: Path | None,
+                  replay: Path | None, role: str, fail: Any) -> Any:
+    """The task inbox's runner for ``dev --agent-config/--agent-replay``, or ``None``."""
+    if config is None and replay is None:
+        return None
+    if config is not None and replay is not None:
+        fail("give --agent-config or --agent-replay, not both")
+    from ..agent import InboxRunner, Router, ScriptedClient, TaskInbox
+
+    try:
+        client: Any = (ScriptedClient.from_file(replay) if replay is not None
+                       else Router.load(config).client(role))  # type: ignore[arg-type]
+    except MoonboxError as exc:
+        fail(f"--agent-config: {exc}")
+    runner = InboxRunner(TaskInbox.of(mods_dir), host, session, client)
+    session.on_step = runner.poll
+    return runner

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import queue
 import re
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -125,6 +127,11 @@ class DevSession:
         on_problem: called with each new log entry, or with an entry again when it
             repeats (its ``count`` gone up).
         last_tick_s: how long the latest :meth:`Game.tick` took, in seconds.
+        notes: the latest 20 lines of work done for the session beside the mods (the
+            Programmer's attempts, say), as ``(tick, who, line)``; see :meth:`note`.
+        on_note: called with each new note.
+        on_step: called on the session's thread at each step, before the tick (a
+            task inbox polls here).
     """
 
     def __init__(self, host: ModHost, *, tick_s: float = 0.05, watch: bool = True,
@@ -139,6 +146,12 @@ class DevSession:
         self.problems: list[DevProblem] = []
         self.on_result: Callable[[ReloadResult], None] | None = None
         self.on_problem: Callable[[DevProblem], None] | None = None
+        self.notes: list[tuple[int, str, str]] = []
+        self.on_note: Callable[[tuple[int, str, str]], None] | None = None
+        self.on_step: Callable[[], None] | None = None
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = \
+            queue.SimpleQueue()
+        self._closed = False
         self.last_tick_s = 0.0
         self._next_tick = 0.0
         # The host's callbacks become the session's, which call what was there before.
@@ -154,14 +167,52 @@ class DevSession:
         self._next_tick = time.monotonic()
         return results
 
+    def call_between(self, fn: Callable[[], Any]) -> Future[Any]:
+        """Run ``fn()`` on the session's thread between two ticks (as reloads run); the
+        future holds what it returned or raised. For work of other threads that must not
+        meet a tick: forking the game, swapping a mod in. After :meth:`close` the future is
+        cancelled at once."""
+        future: Future[Any] = Future()
+        if self._closed:
+            future.cancel()
+        else:
+            self._jobs.put((fn, future))
+        return future
+
+    def note(self, who: str, line: str) -> None:
+        """Add a line to :attr:`notes` (thread-safe enough for a view: one append)."""
+        entry = (self.game.tick_count, who, line)
+        self.notes.append(entry)
+        del self.notes[:-20]
+        if self.on_note is not None:
+            self.on_note(entry)
+
+    def _run_jobs(self) -> None:
+        while True:
+            try:
+                fn, future = self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to the thread that asked
+                future.set_exception(exc)
+
     def step(self, on_tick: Callable[[Any], None] | None = None) -> None:
-        """Apply the changes that arrive before the next tick is due, then tick if due."""
+        """Apply the changes that arrive before the next tick is due, run the work other
+        threads asked for (:meth:`call_between`), then tick if due."""
         timeout = self._next_tick - time.monotonic()
         if self.watcher is not None:
             for folder in sorted(self.watcher.get(timeout)):
-                self.host.reload_folder(folder)
+                if not folder.startswith("."):  # the task inbox, a store's files
+                    self.host.reload_folder(folder)
         elif timeout > 0:
             time.sleep(timeout)
+        if self.on_step is not None:
+            self.on_step()
+        self._run_jobs()
         if time.monotonic() >= self._next_tick:
             started = time.perf_counter()
             report = self.game.tick()
@@ -181,7 +232,15 @@ class DevSession:
             self.step(on_tick)
 
     def close(self) -> None:
-        """Stop watching, and the host's dry-run worker. The game is the caller's to close."""
+        """Stop watching, and the host's dry-run worker; cancel the work still asked for.
+        The game is the caller's to close."""
+        self._closed = True
+        while True:
+            try:
+                _, future = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            future.cancel()
         if self.watcher is not None:
             self.watcher.close()
         self.host.close()
@@ -399,6 +458,8 @@ class DevView:
         yield Panel(self._problems(), title="errors and trips (newest last)",
                     border_style="red", title_align="left")
         yield Panel(self._reports(), title="reports", title_align="left")
+        if session.notes:
+            yield Panel(self._notes(), title="programmer (newest last)", title_align="left")
 
     def _table(self, *, compact: bool) -> Table:
         session, game = self.session, self.session.game
@@ -467,6 +528,15 @@ class DevView:
         grid.add_column(overflow="fold")
         for tick, mod, line in shown:
             grid.add_row(str(tick), Text.assemble((f"{mod}:", "bold"), " ", line))
+        return grid
+
+
+    def _notes(self) -> RenderableType:
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True, style="dim", justify="right")
+        grid.add_column(overflow="fold")
+        for tick, who, line in self.session.notes[-8:]:
+            grid.add_row(str(tick), Text.assemble((f"{who}:", "bold"), " ", line))
         return grid
 
 

@@ -39,15 +39,19 @@ class HostCall:
         name: the host function's name.
         mod: the calling mod's context, set by the bindings layer (its ``ModApi``), or
             ``None``.
+        call_id: the id of the call the bindings layer serves (unique among the calls of
+            the process), set on each of its paths; a host function outside that layer
+            reads the previous call's, or 0.
     """
 
-    __slots__ = ("sandbox", "run", "name", "mod")
+    __slots__ = ("sandbox", "run", "name", "mod", "call_id")
 
     def __init__(self, sandbox: SandboxState, run: RunState | None, name: str, mod: Any = None) -> None:
         self.sandbox = sandbox
         self.run = run
         self.name = name
         self.mod = mod
+        self.call_id = 0
 
     def report(self, text: str) -> None:
         """Add one line to the run's reports (capped in count and size)."""
@@ -62,12 +66,25 @@ class HostCall:
         return max(0.0, sb._deadline - sb._clock())
 
     @property
+    def aborted(self) -> str | None:
+        """Why the call was aborted while it runs (its binding removed, its mod unloaded),
+        as the bindings layer tells it, or ``None``."""
+        mod = self.mod
+        if mod is None:
+            return None
+        why = getattr(mod, "call_aborted", None)
+        return None if why is None else why(self.name)  # type: ignore[no-any-return]
+
+    @property
     def cancelled(self) -> bool:
         """Whether the host no longer waits for this call's result: the resume's wall budget
-        is spent (the mod trips on time as soon as the call returns), or its runtime was
-        abandoned. A host function that works long checks it (or :meth:`time_left_s`) as it
-        goes and returns early; what it returns then reaches no one."""
+        is spent (the mod trips on time as soon as the call returns), its runtime was
+        abandoned, or the call was aborted (:attr:`aborted`). A host function that works
+        long checks it (or :meth:`time_left_s`) as it goes and returns early; what it
+        returns then reaches no one."""
         sb = self.sandbox
+        if self.mod is not None and self.aborted is not None:
+            return True
         if sb is None or sb.abandoned:
             return True
         if sb._running is None:

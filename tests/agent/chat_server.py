@@ -126,6 +126,13 @@ class ChatServer:
                     {"error": {"message": "no scripted response"}}, 500)
                 action(self, server)
 
+            def do_GET(self) -> None:  # the readiness probe's GET /models
+                server.requests.append({"path": self.path, "headers": dict(self.headers),
+                                        "body": None})
+                action = server.actions.popleft() if server.actions else reply_json(
+                    {"error": {"message": "no scripted response"}}, 404)
+                action(self, server)
+
         self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"

@@ -132,6 +132,22 @@ def test_a_success_goes_live_through_the_reload_path_and_is_recorded(live):
     assert live.mods["waves"].reloads == 1
 
 
+def test_an_attempts_binding_calls_in_the_fork_carry_its_trace_id(live):
+    target = LiveMod(live, "waves")
+    client = ScriptedClient([lua(UNKNOWN_PREFAB), lua(SPAWNS)])
+    result = target.programmer(client, new_trace_id=lambda: "tr-game").run(
+        target.task("spawn an enemy"))
+    assert result.solved
+    calls = result.attempts[0].calls
+    mods_calls = [c["binding"] for c in calls if c["binding"] != "engine_ready"]
+    assert mods_calls[:2] == ["state_set", "coreai_world_spawn"]
+    assert {c["trace_id"] for c in calls} == {"tr-game"}
+    assert all(c["call_id"] > 0 for c in calls)
+    # The live game records nothing and runs its calls on the short path and the lane.
+    assert live.game.registry.call_history == 0
+    assert live.game.mod("waves").api.calls == ()
+
+
 def test_the_fork_sees_the_world_and_state_of_the_current_tick(live):
     seen = {}
 
@@ -238,6 +254,34 @@ def test_agent_cli_for_a_mod_against_a_loopback_server(tmp_path):
     assert "[unknown_prefab]" in second
     data = json.loads(result.output)
     assert data["status"] == "solved" and data["revision"] >= 2
+
+
+def test_agent_cli_for_a_mod_routed_by_config_to_a_loopback_server_exhausts_cleanly(tmp_path):
+    # Through a routing config: the failed attempts leave no trace in the live world, the
+    # old version stays, and each attempt's usage is in the result.
+    mods = _mods(tmp_path)
+    world_file = tmp_path / "world.bin"
+    with ChatServer() as server:
+        config = tmp_path / "llm.toml"
+        config.write_text(f'[endpoints.local]\nbase_url = "{server.url}"\n'
+                          '[profiles.coder]\nendpoint = "local"\nmodel = "coder"\n'
+                          '[roles]\nprogrammer = "coder"\n')
+        server.push(reply_json(completion(lua(UNKNOWN_PREFAB))),
+                    reply_json(completion(lua(RUNTIME))))
+        result = CliRunner().invoke(cli, ["agent", "spawn an enemy", "--mods", str(mods),
+                                          "--mod", "waves", "--config", str(config),
+                                          "--repairs", "1", "--json", "--save-world",
+                                          str(world_file)])
+        assert [r["body"]["model"] for r in server.requests] == ["coder", "coder"]
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.output)
+    assert data["status"] == "exhausted" and data["source"] == V1
+    assert [a["kind"] for a in data["attempts"]] == ["refused", "runtime"]
+    assert all(a["usage"]["completion_tokens"] == 2 for a in data["attempts"])
+    world = World.load(world_file.read_bytes(), arena_game().world.prefabs)
+    assert world.get("d1") is None and world.get("e9") is None
+    with Store(mods / ".moonbox-versions.db") as store:
+        assert store.scripts.current("mods/waves/main.lua").content == V1
 
 
 # -- game tasks of the repair evaluation -------------------------------------------------------

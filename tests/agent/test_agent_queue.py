@@ -147,8 +147,10 @@ def test_cancel_scope_and_errors_and_close():
 def test_the_programmer_loop_stops_on_a_superseded_token():
     registry = Registry(default_bindings())
     gate = threading.Event()
+    running = threading.Event()
 
     def dry_run(script):
+        running.set()
         gate.wait(WAIT_S)  # hold the first attempt until the newer request arrives
         return Outcome("error", (), ScriptError("x", chunk=script.chunk, line=1))
 
@@ -156,10 +158,9 @@ def test_the_programmer_loop_stops_on_a_superseded_token():
     programmer = Programmer(client, registry, dry_run=dry_run)
     with RequestQueue(max_concurrent=2) as queue:
         old = queue.submit(lambda t: programmer.run("t", cancel=t), scope="npc")
-        for _ in range(5000):
-            if client.requests:
-                break
-            threading.Event().wait(0.001)
+        # The first attempt is running (its generation over): the newer request cancels
+        # the loop between two steps, not its generation.
+        assert running.wait(WAIT_S)
         queue.submit(lambda t: "newer", scope="npc")
         gate.set()
         result = old.result(WAIT_S)

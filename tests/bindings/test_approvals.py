@@ -348,6 +348,56 @@ def test_removing_a_binding_or_unloading_the_mod_aborts_its_running_calls(action
     registry.close()
 
 
+class Watching:
+    """A binding that, once let go, reads what its call says of itself before returning."""
+
+    def __init__(self, registry: Registry, *, unpack: bool, scope=None) -> None:
+        self.started = threading.Event()
+        self.finish = threading.Event()
+        self.seen: list[tuple[bool, str | None, int]] = []
+        fn = (lambda call, prefab, x: self.run(call)) if unpack else \
+            (lambda call, a: self.run(call))
+        (scope or registry).register(Binding("build", SpawnArgs, fn, unpack=unpack))
+
+    def run(self, call) -> int:
+        self.seen.append((call.cancelled, call.aborted, call.call_id))
+        self.started.set()
+        assert self.finish.wait(30)
+        self.seen.append((call.cancelled, call.aborted, call.call_id))
+        return 1
+
+
+@pytest.mark.parametrize("unpack", [False, True], ids=["model", "lane"])
+@pytest.mark.parametrize("action", ["unregister", "close_scope", "close_mod"])
+def test_a_running_call_sees_that_it_was_aborted(action, unpack):
+    # The binding learns it while it runs (call.cancelled, call.aborted), so one that
+    # works long can stop: its result would be dropped anyway.
+    registry = Registry()
+    scope = registry.scope("plugin")
+    watching = Watching(registry, unpack=unpack, scope=scope)
+    api = registry.mod("m", Permissions(mode="full"))
+    thread, outcome = call_in_thread(api, "local ok, e = pcall(build, 'tower', 1) return ok, e")
+    assert watching.started.wait(10)
+    if action == "unregister":
+        registry.unregister("build")
+        why = "the binding was removed"
+    elif action == "close_scope":
+        scope.close()
+        why = "the binding was removed"
+    else:
+        api.close()
+        why = "the mod was unloaded"
+    watching.finish.set()
+    thread.join(30)
+    (before_cancelled, before_aborted, first_id), (cancelled, aborted, same_id) = watching.seen
+    assert (before_cancelled, before_aborted) == (False, None)
+    assert cancelled and aborted == why
+    assert first_id == same_id > 0
+    ok, message = outcome[0].values
+    assert not ok and message.endswith("[aborted]")
+    registry.close()
+
+
 def test_a_call_aborted_before_it_runs_never_runs():
     registry = Registry()
     ran = []

@@ -477,6 +477,90 @@ def test_a_refusal_carries_its_calls_id():
     registry.close()
 
 
+@pytest.mark.parametrize("unpack", [False, True], ids=["short path", "lane"])
+def test_a_call_nothing_observes_has_its_id_too(unpack):
+    from moonbox import BindingError, HostCall
+
+    class Pair(BaseModel):
+        a: LuaNumber
+        b: LuaNumber
+
+    seen: list[int] = []
+
+    def add(call, *args):
+        seen.append(call.call_id)
+        return 1.0
+
+    registry = Registry()
+    registry.register(Binding("pair", Pair, add if unpack else (lambda c, a: add(c)),
+                              unpack=unpack))
+    api = registry.mod("m")
+    (pair,) = [f for f in api.host_functions if f.name == "pair"]
+    assert (pair.lane is not None) == unpack  # the lane is the path under test
+    with api.sandbox() as sb:
+        assert sb.run("pair(1, 2) pair(3, 4) return pair(5, 6)").value == 1.0
+    assert len(set(seen)) == 3 and all(i > 0 for i in seen) and seen == sorted(seen)
+    # A refusal on the short path carries its id.
+    with pytest.raises(BindingError) as refused:
+        pair(HostCall(None, None, "pair"), ("x", 2))  # type: ignore[arg-type]
+    assert refused.value.call_id is not None and refused.value.call_id > seen[-1]
+    registry.close()
+
+
+def test_the_call_history_keeps_the_last_calls_of_each_mod_with_their_trace_id():
+    from moonbox.bindings import CallRecord, Hook, Veto
+
+    registry = make_registry()
+    registry.add_hook(Hook("no-orcs", match="spawn", pre_call=lambda info: Veto("no orcs")
+                           if info.args.prefab == "orc" else None))
+    seen_traces = []
+    registry.add_hook(Hook("trace", pre_call=lambda info: seen_traces.append(info.trace_id)))
+    api = registry.mod("m", Permissions(mode="full"))
+    other = registry.mod("n", Permissions(mode="full"))
+    assert api.calls == ()  # off unless asked for
+    registry.record_calls(3)
+    api.trace_id = "t-1"
+    with api.sandbox() as sb:
+        sb.run("add(1, 2) spawn('elf') pcall(spawn, 'orc') pcall(add, 'x') add(3, 4)")
+    calls = api.calls
+    assert [(c.binding, c.outcome, c.reason) for c in calls] == [
+        ("spawn", "refused", "vetoed"), ("add", "refused", "invalid_arguments"),
+        ("add", "ok", None)]
+    assert all(isinstance(c, CallRecord) and c.trace_id == "t-1" for c in calls)
+    assert [c.call_id for c in calls] == sorted(c.call_id for c in calls)
+    assert calls[0].to_dict()["message"] == "no orcs [vetoed]"
+    assert other.calls == ()  # per mod
+    registry.trace_id = "t-all"  # the registry's trace, for mods without their own
+    with other.sandbox() as sb:
+        sb.run("add(1, 2)")
+    assert [c.trace_id for c in other.calls] == ["t-all"]
+    assert "t-1" in seen_traces and seen_traces[-1] == "t-all"
+    registry.record_calls(0)
+    assert api.calls == ()
+    with pytest.raises(ConfigError):
+        registry.record_calls(-1)
+    registry.close()
+
+
+def test_recording_calls_takes_the_lane_away_and_gives_it_back():
+    class Pair(BaseModel):
+        a: LuaNumber
+        b: LuaNumber
+
+    registry = Registry()
+    registry.register(Binding("pair", Pair, lambda call, a, b: a + b, unpack=True))
+    api = registry.mod("m")
+    with api.sandbox() as sb:
+        registry.record_calls(8)
+        assert sb.run("return pair(1, 2)").value == 3
+        assert [c.binding for c in api.calls] == ["pair"]
+        registry.record_calls(0)
+        assert sb.run("return pair(1, 2)").value == 3
+    (pair,) = [f for f in api.host_functions if f.name == "pair"]
+    assert pair._lane_version == registry._version  # the lane runs again
+    registry.close()
+
+
 def test_a_closed_mod_calls_nothing():
     registry = make_registry()
     api = registry.mod("m")
