@@ -21,11 +21,13 @@ ALLOWED = {
     "isolation": {"sandbox", "bindings"},
     # Above the engine: reads a game (and its mod host, store and workers), never a runtime.
     "dashboard": {"world", "engine", "store", "isolation", "mods"},
+    # Above the engine: shards each hold a game, reached only through the engine's API.
+    "cluster": {"engine"},
     # The roof: bench measures the parts, cli drives them all (and bench). No part imports
     # either (see test_no_part_imports_the_roof).
     "bench": {"sandbox", "bindings", "world", "isolation"},
     "cli": {"sandbox", "bindings", "world", "engine", "store", "mods", "agent", "isolation",
-            "fuzz", "bench", "dashboard"},
+            "fuzz", "bench", "dashboard", "cluster"},
 }
 ROOF = {"bench", "cli"}
 # Single modules that sit on top of their layer. The store's mod API is the store seen

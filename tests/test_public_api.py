@@ -51,16 +51,18 @@ def test_subpackage_names():
         assert hasattr(moonbox.store, name)
 
     assert moonbox.agent.__all__ == [
-        "AgentError", "ApiStyle", "Attempt", "CancelToken", "Cancelled", "ChatClient", "Check",
-        "CheckResult", "ClientError", "ClientErrorCode", "CorpusTask", "DEFAULT_BUDGET",
-        "Delta", "DryRun", "EVAL_BUDGET", "EvalReport", "Event", "EventName", "Extraction",
-        "Failure", "FailureKind", "GenerationLimited", "LLMClient", "Message",
-        "Programmer", "ProgrammerResult", "PromptBuilder", "RETRYABLE_CODES", "RateLimit",
-        "Reply", "RequestQueue", "Role", "RunResult", "ScratchRun", "ScratchRunResult",
-        "Script", "ScriptedClient", "ScriptedReply", "Task", "ThinkSplitter", "Ticket",
-        "TicketState", "collect", "corpus_path", "eval_registry", "extract_lua",
-        "load_corpus", "load_replies", "render_repair", "replies_path", "run_repair_eval",
-        "split_reasoning",
+        "AgentError", "ApiStyle", "Attempt", "CancelToken", "Cancelled", "ChatClient",
+        "Check", "CheckResult", "ClientError", "ClientErrorCode", "CorpusTask",
+        "DEFAULT_BUDGET", "Delta", "DryRun", "EVAL_BUDGET", "EvalReport", "Event",
+        "EventName", "Extraction", "Failure", "FailureKind", "GAME_MOD", "GameHost",
+        "GameHostFactory", "GameRun", "GoLive", "GenerationLimited", "LLMClient", "LiveMod",
+        "Message", "Programmer", "ProgrammerResult", "PromptBuilder", "Published",
+        "RETRYABLE_CODES", "RateLimit", "Reply", "RequestQueue", "Role", "RunResult",
+        "ScratchRun", "ScratchRunResult", "Script", "ScriptedClient", "ScriptedReply",
+        "Task", "ThinkSplitter", "Ticket", "TicketState", "collect", "corpus_path",
+        "eval_registry", "extract_lua", "game_corpus_path", "load_corpus", "load_replies",
+        "render_repair", "replies_path", "run_repair_eval", "split_reasoning",
+        "world_summary",
     ]
     for name in moonbox.agent.__all__:
         assert hasattr(moonbox.agent, name)
@@ -75,8 +77,9 @@ def test_world_and_engine_names():
     ]
     assert moonbox.engine.__all__ == [
         "DEFAULT_BUDGET", "DEFAULT_WORKERS", "ENGINE_BINDINGS", "RUNTIME_CHUNK", "Callback",
-        "EngineError", "Event", "Failure", "Game", "Isolation", "Mod", "ModLimits", "ModStats",
-        "Quarantine", "Task", "TickReport", "engine_bindings",
+        "EngineError", "Event", "Failure", "Game", "GameSnapshot", "Isolation", "Lost", "Mod",
+        "ModLimits", "ModSnapshot", "ModStats", "Quarantine", "RestoreReport", "Task",
+        "TickReport", "engine_bindings",
     ]
     for module in (moonbox.world, moonbox.engine):
         for name in module.__all__:

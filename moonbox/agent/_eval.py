@@ -7,6 +7,13 @@ that each run starts empty), through the host dry-run hook :class:`ScratchRun`, 
 evaluation needs no world. ``corpus/replies.jsonl`` scripts the replies of every task,
 written to exercise every failure kind the loop feeds back.
 
+Game tasks (``corpus/game_tasks.json``) run in a game instead: a task's ``game`` gives
+the fork's ticks and the other mods of the game; the Programmer writes the mod ``eval``
+of that game through :class:`~moonbox.agent.LiveMod` (attempts in forks, the success
+live), and the checks read the fork's world and the mod's state (``entity``,
+``state``, ``state_at_least``). The game comes from the caller's ``game_host`` (the
+command line makes one from a mods folder, see ``moonbox eval-repair``).
+
 Round ``r`` counts the tasks solved within ``r`` repairs (round 0: first attempts).
 """
 
@@ -17,6 +24,7 @@ import json
 import math
 import threading
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -28,6 +36,7 @@ from .._errors import ConfigError, ScriptError
 from ..bindings import Binding, LuaNumber, Permissions, Registry, default_bindings
 from ..sandbox import Budget, Outcome, Stats
 from ._client import LLMClient
+from ._game import GameHost, LiveMod
 from ._loop import Event, Programmer, ProgrammerResult, RateLimit, Script, Task
 from ._repair import Check
 from ._scripted import ScriptedClient, load_replies
@@ -36,9 +45,12 @@ __all__ = [
     "CorpusTask",
     "EVAL_BUDGET",
     "EvalReport",
+    "GAME_MOD",
+    "GameHostFactory",
     "ScratchRun",
     "ScratchRunResult",
     "corpus_path",
+    "game_corpus_path",
     "eval_registry",
     "load_corpus",
     "replies_path",
@@ -49,7 +61,16 @@ EVAL_BUDGET = Budget(steps=200_000, alloc_bytes="2MB", wall_s=0.25, max_memory="
 """The budget of corpus tasks that do not give their own."""
 
 FAILURE_KINDS = ("syntax", "runtime", "budget_steps", "budget_memory", "budget_time",
-                 "denied", "check", "no_code")
+                 "denied", "check", "no_code", "refused")
+
+GAME_MOD = "eval"
+"""The mod a game task's Programmer writes."""
+
+
+def game_corpus_path() -> Path:
+    """The shipped game tasks."""
+    return Path(str(resources.files(__package__).joinpath("corpus").joinpath(
+        "game_tasks.json")))
 
 
 def corpus_path() -> Path:
@@ -176,6 +197,9 @@ class CorpusTask:
     budget: Budget | None
     check: dict[str, Any]
     world_summary: str = ""
+    game: dict[str, Any] | None = None
+    """For a game task: ``ticks`` (the fork's, default 1) and ``mods`` (id -> main.lua
+    of the game's other mods)."""
 
     def task(self) -> Task:
         return Task(self.text, key=f"eval:{self.id}", permissions=self.permissions,
@@ -204,6 +228,7 @@ def load_corpus(path: str | Path | None = None) -> list[CorpusTask]:
                 budget=Budget(**item["budget"]) if item.get("budget") else None,
                 check=dict(item.get("check", {})),
                 world_summary=str(item.get("world", "")),
+                game=dict(item["game"]) if item.get("game") is not None else None,
             )
             checks_from_spec(task.check)
         except (KeyError, TypeError, ValueError) as exc:
@@ -297,7 +322,52 @@ def _spawned_within(area: dict[str, float]) -> Callable[[Any], str | None]:
     return check
 
 
+def _entity(expected: dict[str, Any]) -> Callable[[Any], str | None]:
+    def check(result: Any) -> str | None:
+        world = getattr(result, "world", None)
+        name = expected["name"]
+        e = world.get(name) if world is not None else None
+        if e is None:
+            return f"expected an entity named {name!r} in the world, there is none"
+        if "prefab" in expected and e.prefab != expected["prefab"]:
+            return f"{name!r} is a {e.prefab}, expected a {expected['prefab']}"
+        for axis in ("x", "y"):
+            if axis in expected and not _same(getattr(e, axis), expected[axis]):
+                return (f"{name!r} is at ({e.x:g}, {e.y:g}), expected {axis} = "
+                        f"{expected[axis]:g}")
+            low = expected.get(f"min_{axis}")
+            if low is not None and getattr(e, axis) < low:
+                return (f"{name!r} is at ({e.x:g}, {e.y:g}) after the ticks, expected "
+                        f"{axis} >= {low:g}")
+        return None
+    return check
+
+
+def _state(expected: dict[str, Any]) -> Callable[[Any], str | None]:
+    def check(result: Any) -> str | None:
+        state = getattr(result, "state", {}) or {}
+        for key, value in expected.items():
+            if not _same(state.get(key), value):
+                return f"expected state {key!r} = {_show(value)}, it is {_show(state.get(key))}"
+        return None
+    return check
+
+
+def _state_at_least(expected: dict[str, float]) -> Callable[[Any], str | None]:
+    def check(result: Any) -> str | None:
+        state = getattr(result, "state", {}) or {}
+        for key, low in expected.items():
+            got = state.get(key)
+            if not isinstance(got, int | float) or got < low:
+                return f"expected state {key!r} >= {low:g}, it is {_show(got)}"
+        return None
+    return check
+
+
 _CHECKS: dict[str, Callable[[Any], Callable[[Any], str | None]]] = {
+    "entity": _entity,
+    "state": _state,
+    "state_at_least": _state_at_least,
     "returns": _returns,
     "reports": _reports,
     "report_contains": _report_contains,
@@ -375,9 +445,15 @@ class EvalReport:
                 "tasks": [t.to_dict() for t in self.tasks]}
 
 
+GameHostFactory = Callable[[CorpusTask], AbstractContextManager[GameHost]]
+"""Makes the game of a game task: a host (a :class:`moonbox.mods.ModHost`) running the
+mod :data:`GAME_MOD` (a stub to be written) and the task's other mods."""
+
+
 def run_repair_eval(
     tasks: Iterable[CorpusTask],
     *,
+    game_host: GameHostFactory | None = None,
     client: LLMClient | None = None,
     replies: str | Path | None = None,
     max_repairs: int = 3,
@@ -396,6 +472,10 @@ def run_repair_eval(
         registry: default :func:`eval_registry`.
         on_event: called with the task id and each event.
         on_task: called after each task.
+        game_host: makes the game of each game task.
+
+    Raises:
+        ConfigError: a game task without ``game_host``.
     """
     registry = registry or eval_registry()
     dry_run = ScratchRun(registry)
@@ -408,11 +488,24 @@ def run_repair_eval(
         if on_event is not None:
             task_id = corpus_task.id
             listener = lambda event, task_id=task_id: on_event(task_id, event)  # noqa: E731
-        programmer = Programmer(
-            task_client, registry, budget=EVAL_BUDGET, max_repairs=max_repairs,
-            dry_run=dry_run, rate_limit=RateLimit(10_000, 60.0), stream=stream,
-            on_event=listener)
-        result = programmer.run(corpus_task.task(), trace_id=f"eval-{corpus_task.id}")
+        if corpus_task.game is not None:
+            if game_host is None:
+                raise ConfigError(f"task {corpus_task.id!r} is a game task: give game_host")
+            with game_host(corpus_task) as host:
+                target = LiveMod(host, GAME_MOD, ticks=int(corpus_task.game.get("ticks", 1)))
+                programmer = target.programmer(
+                    task_client, max_repairs=max_repairs, store=None,
+                    rate_limit=RateLimit(10_000, 60.0), stream=stream, on_event=listener)
+                result = programmer.run(
+                    target.task(corpus_task.text,
+                                checks=tuple(checks_from_spec(corpus_task.check))),
+                    trace_id=f"eval-{corpus_task.id}")
+        else:
+            programmer = Programmer(
+                task_client, registry, budget=EVAL_BUDGET, max_repairs=max_repairs,
+                dry_run=dry_run, rate_limit=RateLimit(10_000, 60.0), stream=stream,
+                on_event=listener)
+            result = programmer.run(corpus_task.task(), trace_id=f"eval-{corpus_task.id}")
         kinds = tuple(_kind(a.failure) for a in result.attempts if a.failure is not None)
         solved_at = result.attempts[-1].number if result.solved else None
         outcomes.append(TaskOutcome(corpus_task.id, result.status, solved_at, kinds))

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from .._errors import ConfigError, ScriptError
@@ -36,8 +36,10 @@ __all__ = [
     "DryRun",
     "Event",
     "EventName",
+    "GoLive",
     "Programmer",
     "ProgrammerResult",
+    "Published",
     "RateLimit",
     "Script",
     "Task",
@@ -51,7 +53,7 @@ DEFAULT_BUDGET = Budget(steps=1_000_000, alloc_bytes="16MB", wall_s=0.5, max_mem
 EventName = Literal[
     "generation_started", "generation_delta", "generation_finished", "execution_succeeded",
     "execution_failed", "repair_requested", "repair_exhausted", "version_recorded",
-    "rate_limited", "client_failed", "cancelled",
+    "rate_limited", "client_failed", "cancelled", "went_live",
 ]
 ResultStatus = Literal["solved", "exhausted", "rate_limited", "client_error", "cancelled"]
 
@@ -63,7 +65,8 @@ class Task:
     Attributes:
         text: the request in words.
         key: the script's key in the store, ``<mod>:<name>``; the mod id is the part before
-            the colon, and the chunk is ``@<mod>/<name>.lua``.
+            the colon, and the chunk is ``@<mod>/<name>.lua``. A mod package's file is
+            ``mods/<id>/<path>`` (the mod host's key), its chunk ``@mods/<id>/<path>``.
         permissions: what the script may call.
         checks: acceptance checks on the run's result (see :data:`Check`).
         world_summary: a short description of the world state, for the prompt.
@@ -79,10 +82,14 @@ class Task:
 
     @property
     def mod_id(self) -> str:
+        if self.key.startswith("mods/"):
+            return self.key.split("/")[1]
         return self.key.split(":", 1)[0] or "agent"
 
     @property
     def chunk(self) -> str:
+        if self.key.startswith("mods/"):  # a mod package's file, as the mod host names it
+            return "@" + self.key
         mod, _, name = self.key.partition(":")
         return f"@{mod or 'agent'}/{name or 'main'}.lua"
 
@@ -100,6 +107,19 @@ class Script:
     trace_id: str
     attempt: int
 
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """What a host's go-live hook did with a verified script: the revision it recorded
+    (``None``: no store), or why the live game refused it (then the attempt failed)."""
+
+    revision: int | None = None
+    error: str | None = None
+
+
+GoLive = Callable[[Script], Published]
+"""A host's way to put a script that passed its dry run into use (see
+:class:`~moonbox.agent.LiveMod`). Without one, the Programmer records it in the store."""
 
 DryRun = Callable[[Script], RunResult]
 """A host's dry run: run the script (in a scratch copy of the world, say) and return an
@@ -142,8 +162,14 @@ class Attempt:
         return self.failure is None
 
     def to_dict(self) -> dict[str, Any]:
+        failure = self.failure
         return {
-            "attempt": self.number, "ok": self.ok, "code": self.code, "reply": self.reply,
+            "attempt": self.number, "ok": self.ok,
+            "outcome": "passed" if failure is None else "failed",
+            "kind": failure.kind if failure else None,
+            "where": failure.where if failure and failure.chunk else None,
+            "refused": failure.to_dict()["refused"] if failure else [],
+            "code": self.code, "reply": self.reply,
             "failure": self.failure.to_dict() if self.failure else None,
             "checks": [c.to_dict() for c in self.checks], "reports": list(self.reports),
             "values": _plain(list(self.values)), "stats": self.stats,
@@ -234,6 +260,9 @@ class Programmer:
         max_repairs: repair rounds after the first attempt (default 3: four attempts).
         dry_run: the host's way to run a script; default: a fresh sandbox from
             ``registry`` under the task's permissions.
+        go_live: the host's way to put a script that passed into use (and record it);
+            default: record it in ``store``. When it refuses, the attempt failed.
+        world_summary: the world as of now, for each prompt (default: the task's own).
         rate_limit: generations allowed per role (default 20 per 60 s); share one
             instance between Programmers to limit them together.
         role: the role name (its prompt, its rate limit, the store's ``role``).
@@ -261,6 +290,8 @@ class Programmer:
         budget: Budget | None = None,
         max_repairs: int = 3,
         dry_run: DryRun | None = None,
+        go_live: GoLive | None = None,
+        world_summary: Callable[[], str] | None = None,
         rate_limit: RateLimit | None = None,
         role: str = "programmer",
         role_text: str | None = None,
@@ -289,6 +320,8 @@ class Programmer:
         self.budget = budget or DEFAULT_BUDGET
         self.max_repairs = max_repairs
         self.dry_run = dry_run or self._sandbox_run
+        self.go_live = go_live
+        self.world_summary = world_summary
         self.rate_limit = rate_limit or RateLimit()
         self.role = role
         self.author = author
@@ -368,7 +401,7 @@ class Programmer:
             except GenerationLimited as exc:
                 emit("rate_limited", number, retry_in_s=round(exc.retry_in_s, 3))
                 return end("rate_limited", exc)
-            messages = builder.messages(task.text, world_summary=task.world_summary,
+            messages = builder.messages(task.text, world_summary=self._world_now(task),
                                         repair=repair)
             emit("generation_started", number, role=self.role, model=self.client.model)
             started = self._clock()
@@ -389,20 +422,29 @@ class Programmer:
 
             attempt = self._attempt(number, reply, task, budget, trace_id, cancel,
                                     generation_s)
-            attempts.append(attempt)
             if attempt.failure is None:
                 emit("execution_succeeded", number, reports=list(attempt.reports),
                      stats=attempt.stats)
-                revision = self._record_success(task, attempt.code or "", trace_id)
-                if revision is not None:
-                    emit("version_recorded", number, key=task.key, revision=revision)
-                return ProgrammerResult("solved", task.text, task.key, trace_id,
-                                        tuple(attempts), attempt.code, revision)
+                published = self._publish(task, attempt, budget, trace_id)
+                if published.error is None:
+                    attempts.append(attempt)
+                    revision = published.revision
+                    if self.go_live is not None:
+                        emit("went_live", number, key=task.key, revision=revision)
+                    if revision is not None:
+                        emit("version_recorded", number, key=task.key, revision=revision)
+                    return ProgrammerResult("solved", task.text, task.key, trace_id,
+                                            tuple(attempts), attempt.code, revision)
+                attempt = replace(attempt, failure=Failure(
+                    "swap", f"the live game refused it: {published.error}",
+                    reports=attempt.reports))
+            attempts.append(attempt)
             failure = attempt.failure
             emit("execution_failed", number, kind=failure.kind, message=failure.message,
                  where=failure.where if failure.chunk else None, summary=failure.summary())
             self._record_failure(task, attempt, trace_id)
-            repair = render_repair(number, rounds, attempt.code, failure)
+            repair = render_repair(number, rounds, attempt.code, failure,
+                                   earlier=[a.failure for a in attempts[:-1] if a.failure])
         emit("repair_exhausted", rounds, attempts=rounds)
         return end("exhausted")
 
@@ -460,9 +502,15 @@ class Programmer:
         stats_obj = getattr(result, "stats", None)
         stats = stats_obj.to_dict() if hasattr(stats_obj, "to_dict") else {}
         error = getattr(result, "error", None)
+        refused = tuple(getattr(result, "refused", ()) or ())
         if error is not None:
             failure = Failure.from_error(error, task.chunk, reports, self.registry,
                                          task.permissions)
+            failure = replace(failure, refused=refused, values=values)
+            return Attempt(number, reply.content, code, failure, (), reports, values, stats,
+                           generation_s)
+        if refused:
+            failure = Failure.refusals(refused, reports, values)
             return Attempt(number, reply.content, code, failure, (), reports, values, stats,
                            generation_s)
         checks = run_checks(task.checks, result)
@@ -471,9 +519,30 @@ class Programmer:
         if failed:
             message = "; ".join(f"{c.name}: {c.message}" for c in failed)
             failure = Failure("check", f"acceptance check failed: {message}", reports=reports,
-                              checks=checks)
+                              checks=checks, values=values)
         return Attempt(number, reply.content, code, failure, checks, reports, values, stats,
                        generation_s)
+
+    def _world_now(self, task: Task) -> str:
+        """The world summary for the next prompt: the dry-run host's, as of now, when it
+        has one (a fork of the game has the world of the current tick), else the task's."""
+        if self.world_summary is not None:
+            try:
+                return str(self.world_summary())
+            except Exception:
+                log.exception("the world summary failed")
+        return task.world_summary
+
+    def _publish(self, task: Task, attempt: Attempt, budget: Budget,
+                 trace_id: str) -> Published:
+        if self.go_live is None:
+            return Published(self._record_success(task, attempt.code or "", trace_id))
+        script = Script(attempt.code or "", task.chunk, task.key, task.mod_id,
+                        task.permissions, budget, trace_id, attempt.number)
+        try:
+            return self.go_live(script)
+        except ScriptError as exc:
+            return Published(error=str(exc))
 
     def _sandbox_run(self, script: Script) -> RunResult:
         api = self.registry.mod(script.mod_id, script.permissions)

@@ -27,10 +27,20 @@ __all__ = [
     "run_checks",
 ]
 
-FailureKind = Literal["syntax", "runtime", "budget", "denied", "check", "no_code"]
+FailureKind = Literal["syntax", "runtime", "budget", "denied", "check", "no_code", "refused",
+                      "swap"]
 
 _MAX_REPORT_LINES = 20
-_MAX_CODE_LINES = 200
+_MAX_REFUSALS = 20
+_MAX_VALUE_CHARS = 400
+_WHOLE_SCRIPT_LINES = 200
+"""A script up to this long is shown whole; a longer one as an outline and a window."""
+_WINDOW = 40
+"""Lines shown either side of the failing line of a long script."""
+_FRESH_START_AFTER = 3
+"""After this many failed attempts (two failed repairs), the model may start afresh."""
+_OUTLINE = re.compile(r"^\s*(?:local\s+)?function\b|^\s*(?:local\s+)?[A-Za-z_][\w.:]*\s*=\s*"
+                      r"function\b|^\s*on\s*\(|^\s*every\s*\(|^\s*after\s*\(")
 _NIL_CALL = re.compile(r"attempt to call (?:global|field|method) '([A-Za-z_][A-Za-z0-9_]*)'"
                        r" \(a nil value\)")
 
@@ -101,7 +111,9 @@ class Failure:
 
     Attributes:
         kind: ``syntax``, ``runtime``, ``budget``, ``denied`` (a binding the permissions
-            refuse), ``check`` (ran cleanly, an acceptance check failed) or ``no_code``.
+            refuse), ``check`` (ran cleanly, an acceptance check failed), ``refused`` (the
+            world refused commands the script issued), ``swap`` (the live game refused
+            the version that passed) or ``no_code``.
         message: the error without its position.
         chunk, line: where, when known.
         traceback: the script's own frames, innermost first.
@@ -110,6 +122,8 @@ class Failure:
         reports: the script's ``report()`` lines before it stopped.
         checks: the acceptance checks' verdicts (``check``; all of them, passed ones too).
         hint: one sentence from the host on where to look, when it has one.
+        refused: the world commands refused, each ``{kind, reason, message}``.
+        values: what the script returned.
     """
 
     kind: FailureKind
@@ -124,6 +138,8 @@ class Failure:
     reports: tuple[str, ...] = ()
     checks: tuple[CheckResult, ...] = ()
     hint: str | None = None
+    refused: tuple[Any, ...] = ()
+    values: tuple[Any, ...] = ()
 
     @property
     def where(self) -> str:
@@ -145,7 +161,21 @@ class Failure:
             "budget": self.budget, "limit": self.limit, "used": self.used,
             "binding": self.binding, "reports": list(self.reports),
             "checks": [c.to_dict() for c in self.checks], "hint": self.hint,
+            "refused": [_refusal(r) for r in self.refused],
         }
+
+    @classmethod
+    def refusals(cls, refused: Sequence[Any], reports: Sequence[str] = (),
+                 values: Sequence[Any] = ()) -> Failure:
+        """The world refused commands the script issued (each a ``CommandResult`` or a
+        dict with ``kind``, ``reason`` and ``message``)."""
+        first = _refusal(refused[0])
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        return cls("refused", f"the world refused {first['kind']}: [{first['reason']}] "
+                              f"{first['message']}{more}", reports=tuple(reports),
+                   refused=tuple(refused), values=tuple(values),
+                   hint="issue only commands the world accepts: check names, prefabs and "
+                        "bounds with the read functions first")
 
     @classmethod
     def no_code(cls, reason: str) -> Failure:
@@ -203,9 +233,20 @@ def _denied_hint(name: str | None, permissions: Permissions | None) -> str:
             "using only the functions the mod API lists")
 
 
+def _refusal(item: Any) -> dict[str, Any]:
+    if isinstance(item, dict):
+        return {"kind": item.get("kind", "?"), "reason": item.get("reason"),
+                "message": item.get("message", "")}
+    return {"kind": getattr(item, "kind", "?"), "reason": getattr(item, "reason", None),
+            "message": getattr(item, "message", "")}
+
+
 def render_repair(attempt: int, attempts_allowed: int, code: str | None,
-                  failure: Failure) -> str:
-    """The repair context for the next request, after attempt ``attempt`` failed."""
+                  failure: Failure, *, earlier: Sequence[Failure] = ()) -> str:
+    """The repair context for the next request, after attempt ``attempt`` failed.
+
+    ``earlier``: the failures of the attempts before it, oldest first (one line each).
+    """
     out = [f"## Attempt {attempt} of {attempts_allowed} failed", ""]
     out.append(f"Error kind: {failure.kind}")
     if failure.kind == "budget" and failure.budget:
@@ -221,6 +262,12 @@ def render_repair(attempt: int, attempts_allowed: int, code: str | None,
     if failure.traceback:
         out += ["", "Traceback (innermost first):"]
         out += [f"  {frame}" for frame in failure.traceback]
+    if failure.refused:
+        out += ["", "World commands refused (kind [reason] message):"]
+        shown_r = [_refusal(r) for r in failure.refused[:_MAX_REFUSALS]]
+        out += [f"  - {r['kind']} [{r['reason']}] {r['message']}" for r in shown_r]
+        if len(failure.refused) > len(shown_r):
+            out.append(f"  ... {len(failure.refused) - len(shown_r)} more")
     failed_checks = [c for c in failure.checks if not c.passed]
     if failed_checks:
         out += ["", "Acceptance checks that failed:"]
@@ -231,22 +278,50 @@ def render_repair(attempt: int, attempts_allowed: int, code: str | None,
         out += [f"  {line}" for line in shown]
         if len(failure.reports) > len(shown):
             out.append(f"  ... {len(failure.reports) - len(shown)} more lines")
+    if failure.kind in ("check", "refused") or failure.values:
+        shown_v = repr(list(failure.values))
+        if len(shown_v) > _MAX_VALUE_CHARS:
+            shown_v = shown_v[:_MAX_VALUE_CHARS] + " ..."
+        out += ["", f"What the script returned: {shown_v}"]
+    if earlier:
+        out += ["", "Earlier attempts:"]
+        out += [f"  {n}. {f.summary()}" for n, f in enumerate(earlier, 1)]
     if code is not None:
         out += ["", "The script that failed:", "", "```lua", numbered(code, failure.line),
                 "```"]
+    if attempt >= _FRESH_START_AFTER:
+        out += ["", "Repairs have failed twice: if the approach itself is wrong, you may "
+                    "start afresh with a different, simpler script instead of patching."]
     out += ["", "Answer with the whole corrected script in one ```lua block."]
     return "\n".join(out)
 
 
 def numbered(code: str, mark_line: int | None = None) -> str:
-    """The code with line numbers, the line ``mark_line`` marked with ``>>``."""
+    """The code with line numbers, the line ``mark_line`` marked with ``>>``.
+
+    A script of up to 200 lines is shown whole. A longer one is shown as an outline (its
+    function definitions and registrations, numbered) and, whole, the 40 lines either
+    side of ``mark_line`` (or its first 80 lines when no line is known).
+    """
     lines = code.split("\n")
     width = len(str(len(lines)))
-    shown = lines[:_MAX_CODE_LINES]
-    out = [f"{'>>' if n == mark_line else '  '} {n:>{width}} | {text}"
-           for n, text in enumerate(shown, 1)]
-    if len(lines) > len(shown):
-        out.append(f"   ... {len(lines) - len(shown)} more lines")
+
+    def row(n: int) -> str:
+        return f"{'>>' if n == mark_line else '  '} {n:>{width}} | {lines[n - 1]}"
+
+    if len(lines) <= _WHOLE_SCRIPT_LINES:
+        return "\n".join(row(n) for n in range(1, len(lines) + 1))
+    if mark_line is not None and 1 <= mark_line <= len(lines):
+        first, last = max(1, mark_line - _WINDOW), min(len(lines), mark_line + _WINDOW)
+    else:
+        first, last = 1, min(len(lines), 2 * _WINDOW)
+    out = [f"-- outline of all {len(lines)} lines:"]
+    out += [row(n) for n in range(1, len(lines) + 1)
+            if _OUTLINE.search(lines[n - 1]) and not first <= n <= last]
+    out.append(f"-- lines {first} to {last}:")
+    out += [row(n) for n in range(first, last + 1)]
+    if last < len(lines):
+        out.append(f"   ... lines {last + 1} to {len(lines)} not shown")
     return "\n".join(out)
 
 

@@ -455,8 +455,10 @@ class ModApi:
                         self._asking.discard(name)
                         approval.cancel("the host is shutting down")
                     else:
-                        future.add_done_callback(lambda f: self._asking.discard(name))
+                        # Settle (and log a late answer) before the binding may be asked
+                        # again, so "no longer asking" means the answer is dealt with.
                         future.add_done_callback(lambda f: settle_from(approval, f))
+                        future.add_done_callback(lambda f: self._asking.discard(name))
                         approval.wait(timeout)
                         if not future.done():
                             future.cancel()  # not started yet: it never will

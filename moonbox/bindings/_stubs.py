@@ -6,6 +6,12 @@ one for the result, one per nested model, then the function with its positional 
 an ``---@overload`` for the table form. Modders drop the file into their workspace and get
 completion and type checks; nothing in it runs.
 
+What a binding returns comes from its result model; without one, from the return
+annotation of its function: ``-> int`` is ``integer``, ``-> None`` returns nothing, a
+``tuple[str, int]`` is two values, a union of tuples is as many values as the longest
+(each nilable where a shorter one has none), and a ``TypedDict`` (or a model) is a class.
+A function with no annotation returns ``any``.
+
 The output is deterministic: the same registry and permissions give the same bytes.
 """
 
@@ -14,11 +20,13 @@ from __future__ import annotations
 import json
 import math
 import re
+import types
+import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Union, get_args, get_origin
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from ..sandbox import LUA_KEYWORDS
 from ._binding import Binding
@@ -277,13 +285,15 @@ class _Writer:
         fields = self._args_fields(binding.args, owner, args_class)
         lines = self._class(args_class, f"Arguments of {binding.name}.", fields)
         lines += self._flush_pending()
-        returns = "any"
+        returns: list[tuple[str, str]]
         if binding.result is not None:
             result_fields = self._model_fields(binding.result, owner, result_class, True)
             lines += ["", *self._class(result_class, f"What {binding.name} returns.",
                                        result_fields)]
-            lines += self._flush_pending()
-            returns = result_class
+            returns = [(result_class, "")]
+        else:
+            returns = self._annotated_returns(binding.fn, owner)
+        lines += self._flush_pending()
         lines.append("")
         if binding.description.strip():
             lines += [*_description_lines(binding.description), "---"]
@@ -309,10 +319,35 @@ class _Writer:
                 note = f"(field {_quote(f.name)}) {note}".strip()
             lines.append(f"---@param {param}{'?' if f.optional else ''} "
                          f"{f.type.text(nullable=False)}{_tail(note)}")
-        lines.append(f"---@return {returns}")
-        lines.append(f"---@overload fun(named: {args_class}): {returns}")
+        for kind, note in returns:
+            lines.append(f"---@return {kind}{_tail(note)}")
+        shown = ", ".join(kind for kind, _ in returns)
+        lines.append(f"---@overload fun(named: {args_class}){': ' + shown if shown else ''}")
         lines.append(f"function {binding.name}({', '.join(params)}) end")
         return lines
+
+    def _annotated_returns(self, fn: Any, owner: str) -> list[tuple[str, str]]:
+        """What ``fn``'s return annotation says it hands Lua: one (type, note) per value."""
+        values = _returned_values(_return_hint(fn))
+        if values is None:
+            return [("any", "")]
+        return [self._value_type(value, owner) for value in values]
+
+    def _value_type(self, hint: Any, owner: str) -> tuple[str, str]:
+        try:
+            schema = TypeAdapter(hint).json_schema(mode="serialization")
+        except Exception:  # a type with no schema: untyped
+            return "any", ""
+        defs = dict(schema.pop("$defs", None) or {})
+        title = schema.get("title")
+        if schema.get("type") == "object" and "properties" in schema and isinstance(title, str):
+            key = title
+            while key in defs:  # a TypedDict that holds one of its name
+                key += "_"
+            defs[key] = schema
+            schema = {"$ref": f"#/$defs/{key}"}
+        kind = self._type(schema, _Schema(defs, True, owner), set())
+        return kind.text(), _doc_text(str(schema.get("description") or ""))
 
     def _args_fields(self, model: type[BaseModel], owner: str, name: str) -> list[_Field]:
         """The argument fields in positional order, named as ``Binding`` maps them."""
@@ -523,6 +558,42 @@ def _canonical(def_name: str, defs: dict[str, Any]) -> list[Any]:
     while queue:
         out.append(walk(defs.get(queue.pop(0))))
     return out
+
+
+_NO_HINT: Any = object()
+
+
+def _return_hint(fn: Any) -> Any:
+    """``fn``'s return annotation, resolved; ``_NO_HINT`` when it has none (or it cannot be
+    resolved)."""
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception:  # a name only a type checker sees, a callable object...
+        return _NO_HINT
+    return hints.get("return", _NO_HINT)
+
+
+def _returned_values(hint: Any) -> list[Any] | None:
+    """The values a function annotated ``hint`` hands Lua, each as a type (``[]``: none);
+    ``None`` when the annotation does not say how many."""
+    if hint is _NO_HINT:
+        return None
+    if get_origin(hint) is typing.Annotated:
+        hint = get_args(hint)[0]
+    if hint is None or hint is type(None):
+        return []
+    if get_origin(hint) is tuple:
+        items = get_args(hint)
+        if len(items) == 2 and items[1] is Ellipsis:
+            return None
+        return [] if items == ((),) else list(items)
+    if get_origin(hint) in (Union, types.UnionType):
+        members = [get_args(m) for m in get_args(hint) if get_origin(m) is tuple]
+        if len(members) == len(get_args(hint)) and not any(Ellipsis in m for m in members):
+            longest = max(len(m) for m in members)
+            return [Union[tuple(m[i] if i < len(m) else type(None)  # noqa: UP007
+                                for m in members)] for i in range(longest)]
+    return [hint]
 
 
 def _param_names(fields: list[str]) -> list[str]:

@@ -12,6 +12,7 @@ import click
 from .. import __version__
 from ._agent import agent, eval_repair
 from ._bench import bench
+from ._cluster import cluster
 from ._demo import demo
 from ._dev import dev
 from ._fuzz import fuzz
@@ -28,7 +29,8 @@ def cli() -> None:
     """Run untrusted Lua mods under budgets that hold with the JIT on."""
 
 
-for _command in (run, demo, bench, agent, dev, eval_repair, fuzz, stubs, versions):
+for _command in (run, demo, bench, agent, dev, eval_repair, fuzz, stubs, versions,
+                 cluster):
     cli.add_command(_command)
 
 

@@ -1,16 +1,20 @@
 """``moonbox dev DIR``: run a game and hot-reload its mods as they are edited.
 
 Exit status: 0 when every mod loaded (``--once``/``--ticks``; interactive runs end on
-Ctrl-C with 0), 1 when a mod failed to load, 2 for usage errors (an unknown ``--game``,
+Ctrl-C with 0), also when some later failed or were quarantined while the game ran (the
+output says so), 1 when a mod failed to load, 2 for usage errors (an unknown ``--game``,
 a directory that does not exist, ``--isolate`` with a factory that cannot take it).
+Reports and loads go to stdout; errors, trips, refusals, quarantines and warnings to
+stderr.
 """
 
 from __future__ import annotations
 
 import inspect
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
@@ -50,7 +54,7 @@ def _takes_isolation(factory: Any) -> bool:
 @click.argument("mods_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--init", is_flag=True,
               help="First copy the example arena's mods into MODS_DIR (new or empty), to "
-                   "edit them.")
+                   "edit them, with editor stubs of the mod API and a .luarc.json.")
 @click.option("--game", "game_spec", metavar="MODULE:FACTORY",
               help="A function that returns the Game to run (default: the example arena).")
 @click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -62,7 +66,8 @@ def _takes_isolation(factory: Any) -> bool:
 @click.option("--tps", default=20.0, show_default=True, type=click.FloatRange(0.1, 1000),
               help="Ticks per second.")
 @click.option("--ticks", type=click.IntRange(0), default=None,
-              help="Run this many ticks, print plainly, and exit (no live view).")
+              help="Run this many ticks, print plainly (reports on stdout; errors, trips "
+                   "and quarantines on stderr), and exit (no live view).")
 @click.option("--once", is_flag=True, help="Load (and restore) the mods, print, and exit.")
 @click.option("--debounce-ms", default=400, show_default=True, type=click.IntRange(10, 10_000),
               help="The longest a burst of saves is grouped.")
@@ -94,7 +99,9 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
 
     A changed mod is compiled and dry-run first; only a clean version is swapped in,
     carrying its state. A failed one is shown with its file and line, and the previous
-    version runs on.
+    version runs on. Errors and trips of handlers, timers and tasks are shown with their
+    mod, handler and file:line, stamped with their tick and time; a new version that goes
+    live clears its mod's.
 
     With --isolate each mod runs in a worker process: a mod that crashes its worker,
     hangs in C or passes the worker's memory limit costs one call and is built again in a
@@ -109,54 +116,60 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
     restored, nothing is recorded, and the start says how to recover it.
 
     To start from the example arena: moonbox dev my-mods --init, then edit
-    my-mods/scoreboard/main.lua while it runs.
+    my-mods/scoreboard/main.lua while it runs. --init also writes my-mods/moonbox-api.lua
+    (the mod API for an editor, see moonbox stubs) and my-mods/.luarc.json. The example's
+    glitch mod misbehaves on purpose: it passes its dry run, then trips its budget and is
+    quarantined while the others play on.
     """
     from ..mods import ModError, ModHost, copy_arena_mods
     from ..mods._dev import (
         DevSession,
+        describe_problem,
         describe_result,
         describe_store,
         describe_workers,
         game_factory,
         render,
     )
+    from ..mods._stubs import write_editor_files
 
     console = Console(highlight=False, soft_wrap=True)
+    errors = Console(stderr=True, highlight=False, soft_wrap=True)
+
+    def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+        errors.print(f"[red]{escape(message)}[/]")
+        sys.exit(code)
+
     if init:
         try:
             copied = copy_arena_mods(mods_dir)
         except (ModError, OSError) as exc:
-            console.print(f"[red]--init: {escape(str(exc))}[/]")
-            sys.exit(EXIT_USAGE)
+            fail(f"--init: {exc}")
         console.print(f"copied the example mods into {escape(str(mods_dir))}: "
                       f"{', '.join(copied)}")
+        if "glitch" in copied:
+            console.print("(glitch misbehaves on purpose: it passes its dry run, then trips "
+                          "its budget and is quarantined while the others play on)")
     elif not mods_dir.is_dir():
-        console.print(f"[red]{escape(str(mods_dir))}: no such directory (--init copies the "
-                      "example mods into a new one)[/]")
-        sys.exit(EXIT_USAGE)
+        fail(f"{mods_dir}: no such directory (--init copies the example mods into a new one)")
     try:
         factory = game_factory(game_spec)
     except ValueError as exc:
-        console.print(f"[red]--game {escape(str(exc))}[/]")
-        sys.exit(EXIT_USAGE)
+        fail(f"--game {exc}")
     options: dict[str, Any] = {}
     if isolate:
         if game_spec is not None and not _takes_isolation(factory):
-            console.print(f"[red]--isolate: {escape(game_spec)} takes no isolation, workers "
-                          "and worker_memory_bytes keywords; build an isolated Game in it, or "
-                          "let it take them[/]")
-            sys.exit(EXIT_USAGE)
+            fail(f"--isolate: {game_spec} takes no isolation, workers and "
+                 "worker_memory_bytes keywords; build an isolated Game in it, or let it "
+                 "take them")
         options = {"isolation": "process", "workers": workers,
                    "worker_memory_bytes": worker_memory}
     elif workers is not None or worker_memory is not None:
-        console.print("[red]--workers and --worker-memory need --isolate[/]")
-        sys.exit(EXIT_USAGE)
+        fail("--workers and --worker-memory need --isolate")
     if not with_dashboard and (port is not None or bind_host is not None or token is not None):
-        console.print("[red]--port, --bind and --token need --dashboard[/]")
-        sys.exit(EXIT_USAGE)
+        fail("--port, --bind and --token need --dashboard")
     if with_dashboard and once:
-        console.print("[red]--dashboard serves while the game runs: use it without --once[/]")
-        sys.exit(EXIT_USAGE)
+        fail("--dashboard serves while the game runs: use it without --once")
     access = None
     if with_dashboard:
         from ..dashboard import DEFAULT_HOST, DEFAULT_PORT, INSTALL_HINT, Access
@@ -167,29 +180,44 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
             import starlette  # noqa: F401
             import uvicorn  # noqa: F401
         except ConfigError as exc:
-            console.print(f"[red]--bind: {escape(str(exc))}[/]")
-            sys.exit(EXIT_USAGE)
+            fail(f"--bind: {exc}")
         except ImportError as exc:
-            console.print(f"[red]--dashboard needs {escape(str(exc.name))}: "
-                          f"{escape(INSTALL_HINT)}[/]")
-            sys.exit(EXIT_USAGE)
+            fail(f"--dashboard needs {exc.name}: {INSTALL_HINT}")
     store = None
     if not no_store:
         try:
             store = Store(store_path or mods_dir / ".moonbox-versions.db")
         except StoreError as exc:
-            console.print(f"[red]{escape(str(exc))}\nrunning without a versions store this "
-                          "session: nothing is restored or recorded[/]")
+            errors.print(f"[red]{escape(str(exc))}\nrunning without a versions store this "
+                         "session: nothing is restored or recorded[/]")
         for line in describe_store(store):
-            console.print(f"[yellow]{escape(line)}[/]")
+            errors.print(f"[yellow]{escape(line)}[/]")
     game = factory(**options)
-    host = ModHost(game, mods_dir, policy=Permissions(mode=grant_mode), store=store,  # type: ignore[arg-type]
+    policy = Permissions(mode=grant_mode)
+    if init:
+        try:
+            written = write_editor_files(mods_dir, game.registry, policy)
+        except OSError as exc:
+            errors.print(f"[yellow]--init: the editor files were not written: "
+                         f"{escape(str(exc))}[/]")
+        else:
+            console.print(f"wrote {', '.join(escape(p.name) for p in written)}: the mod "
+                          f"API (mode {grant_mode}) for an editor")
+    host = ModHost(game, mods_dir, policy=policy, store=store,
                    label=mods_dir.name or "mods")
     plain = once or ticks is not None
     session = DevSession(host, tick_s=1.0 / tps, watch=not once, debounce_ms=debounce_ms,
                          step_ms=step_ms)
     if plain:
-        host.on_result = lambda r: console.print(escape(describe_result(r)))
+        def on_result(result: Any) -> None:
+            if result.ok:  # a refusal is a problem: on stderr, below
+                console.print(escape(describe_result(result)))
+            for line in result.reports:
+                console.print(f"[{game.tick_count:4}] {escape(result.mod)}: {escape(line)} "
+                              "(on_reload)")
+
+        session.on_result = on_result
+        session.on_problem = lambda p: errors.print(escape(describe_problem(p)))
     board = None
     if access is not None:
         from ..dashboard import Dashboard
@@ -204,8 +232,7 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
             game.close()
             if store is not None:
                 store.close()
-            console.print(f"[red]--dashboard: {escape(str(exc))}[/]")
-            sys.exit(EXIT_USAGE)
+            fail(f"--dashboard: {exc}")
         console.print(f"dashboard: {escape(url)}")
 
     def fed(show: Any) -> Any:
@@ -227,27 +254,40 @@ def dev(mods_dir: Path, init: bool, game_spec: str | None, store_path: Path | No
             sys.exit(EXIT_FAILED if failed else EXIT_OK)
         if ticks is not None:
             def show(report: object) -> None:
+                # Failures, trips and quarantines: on stderr as the session logs them.
                 tick = getattr(report, "tick", 0)
                 for mod_id, line in getattr(report, "reports", ()):
                     console.print(f"[{tick:4}] {escape(mod_id)}: {escape(line)}")
-                for failure in getattr(report, "failures", ()):
-                    if failure.error.kind == "crashed":  # a worker died (isolated games)
-                        console.print(f"[{tick:4}] {escape(str(failure))}")
                 for mod_id in getattr(report, "restored", ()):
                     console.print(f"[{tick:4}] RESTORED {escape(mod_id)} in a fresh worker "
                                   "(its worker was lost)")
-                for mod_id in getattr(report, "quarantined", ()):
-                    console.print(f"QUARANTINED {escape(mod_id)}: "
-                                  f"{escape(str(game.mod(mod_id).quarantine.reason))}")
 
             session.run(ticks, on_tick=fed(show))
             for line in describe_workers(game):
                 console.print(escape(line))
+            troubled = sorted({p.mod for p in session.problems
+                               if p.mod is not None and p.kind in ("error", "trip",
+                                                                   "quarantined")})
+            if troubled:
+                errors.print(f"while the game ran, these mods failed or tripped (see above): "
+                             f"{escape(', '.join(troubled))}")
             sys.exit(EXIT_FAILED if failed else EXIT_OK)
-        with Live(render(session), console=console, refresh_per_second=8,
+        # The live view wraps its own lines: a console that wraps. It reads the game as it
+        # renders, so it is drawn here, on the game's thread, at most 8 times a second.
+        view = Console(highlight=False)
+        with Live(render(session), console=view, auto_refresh=False,
                   transient=False) as live:
+            drawn = 0.0
+
+            def redraw(_: object) -> None:
+                nonlocal drawn
+                now = time.monotonic()
+                if now - drawn >= 0.125:
+                    drawn = now
+                    live.update(render(session), refresh=True)
+
             try:
-                session.run(None, on_tick=fed(lambda _: live.update(render(session))))
+                session.run(None, on_tick=fed(redraw))
             except KeyboardInterrupt:
                 pass
     finally:

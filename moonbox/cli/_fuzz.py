@@ -36,6 +36,11 @@ def fuzz(examples: int, seed: int, out_dir: Path, no_jit: bool, wall_s: float | 
          wall_margin_s: float | None, isolate: bool, as_json: bool) -> None:
     """Run EXAMPLES generated hostile programs, each checked against every invariant.
 
+    Most programs are composed from dangerous primitives; the others are of the kinds of
+    attack on the host (hostile sizes, metering gaps, colliding keys, error values, source
+    sizes, report floods, long operations), each with the invariants that catch it
+    (docs/threat-model.md, Fuzzing).
+
     Every program runs in a worker process, so a crash of the VM is a finding, not the end
     of the run. With --isolate each program runs a second time through moonbox.isolation's
     IsolatedSandbox (in a worker of that worker), so the isolation layer is fuzzed too. Each
@@ -94,6 +99,8 @@ def _print_report(report: object, console: Console) -> None:
         f"{report.rss_peak_growth_bytes / 2**20:.0f} MiB"
     )
     console.print(f"[dim]outcomes: {escape(statuses)}[/]")
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(report.kinds.items()))
+    console.print(f"[dim]kinds: {escape(kinds)}[/]")
     if report.ok:
         console.print("[bold green]no invariant broken[/]")
         return

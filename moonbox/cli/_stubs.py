@@ -15,8 +15,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from ..bindings import MODES, Decision, Permissions, Registry, default_bindings
-from ..bindings._stubs import render_stubs
+from ..bindings import MODES, Decision, Permissions, Registry
 
 __all__ = ["stubs"]
 
@@ -32,20 +31,38 @@ __all__ = ["stubs"]
               help="Deny a binding (NAME or prefix*); repeatable.")
 @click.option("--registry", "registry_ref", metavar="MODULE:ATTR",
               help="The host's registry, or a zero-argument function returning it "
-                   "[default: the default bindings].")
+                   "[default: a game's: the default, world and engine bindings].")
+@click.option("--manifest", "manifest_path", metavar="MOD.TOML",
+              type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Stubs for this mod: what its [permissions] ask for, within --mode and "
+                   "the rules (as moonbox dev --grant MODE grants it).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write to FILE (replaced whole, never half-written) instead of stdout.")
 def stubs(mode: str, allow: tuple[str, ...], ask_: tuple[str, ...], deny: tuple[str, ...],
-          registry_ref: str | None, output: Path | None) -> None:
-    """Write LuaLS annotations (---@meta) for the bindings a mod may call.
+          registry_ref: str | None, manifest_path: Path | None, output: Path | None) -> None:
+    """Write LuaLS annotations (---@meta) for the modding API a mod may call.
 
-    Put the file in the mod's workspace for completion and type checks in the editor.
-    Exit status: 0 on success, 2 for usage errors, a registry that cannot be loaded, or a
-    file that cannot be written.
+    Every binding the permissions grant (report, the coreai_world_* bindings, emit, now,
+    state_get, state_set, query...), with its argument and result types, then the engine
+    library's Lua functions (on, after, every, cancel, spawn, wait, export, import) and
+    require. Put the file in the mods' workspace for completion and type checks in the
+    editor (moonbox dev --init writes one, with a .luarc.json).
+
+    Exit status: 0 on success, 2 for usage errors, a registry or manifest that cannot be
+    loaded, or a file that cannot be written.
     """
+    from ..mods import ModError, grant, parse_manifest
+    from ..mods._stubs import mod_stubs
+
     permissions = _permissions(mode, {"allow": allow, "ask": ask_, "deny": deny})
     with _registry(registry_ref) as registry:
-        text = render_stubs(registry, permissions)
+        if manifest_path is not None:
+            try:
+                manifest = parse_manifest(manifest_path.read_text("utf-8"), str(manifest_path))
+            except (ModError, OSError, UnicodeDecodeError) as exc:
+                raise click.BadParameter(str(exc), param_hint="--manifest") from None
+            permissions = grant(manifest.permissions, permissions, registry)
+        text = mod_stubs(registry, permissions)
     if output is None:
         click.echo(text, nl=False)
         return
@@ -78,7 +95,8 @@ def _permissions(mode: str, options: dict[str, tuple[str, ...]]) -> Permissions:
 
 @contextmanager
 def _registry(ref: str | None) -> Iterator[Registry]:
-    """The registry named by ``ref`` (``module:attr``), or one with the default bindings.
+    """The registry named by ``ref`` (``module:attr``), or a game's (the default, world and
+    engine bindings, as a game without a registry of its own has).
 
     A registry made here is closed afterwards; one the host made is left as it is.
 
@@ -86,11 +104,10 @@ def _registry(ref: str | None) -> Iterator[Registry]:
         click.BadParameter: ``ref`` cannot be imported, or is not a registry.
     """
     if ref is None:
-        registry = Registry(default_bindings())
-        try:
-            yield registry
-        finally:
-            registry.close()
+        from ..engine import Game
+
+        with Game() as game:
+            yield game.registry
         return
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:

@@ -22,6 +22,7 @@ import click
 from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
 
 from ..store import KeyInfo, Kind, Revision, RevisionRef, Store, StoreError
@@ -129,17 +130,24 @@ def list_(store_path: Path, kind: Kind | None, as_json: bool, prefix: str) -> No
     if as_json:
         _emit({"store": str(store_path), "keys": [i.to_dict() for i in infos]})
         return
-    table = Table(title=f"{len(infos)} key{'s' if len(infos) != 1 else ''} in {store_path}",
-                  title_justify="left", box=box.SIMPLE_HEAD)
+    _console().print(_keys_table(infos, f"{len(infos)} key{'s' if len(infos) != 1 else ''} "
+                                        f"in {store_path}"))
+
+
+def _keys_table(infos: list[KeyInfo], title: str) -> Table:
+    """The keys, one row each. A key too long for its column folds onto more lines, never
+    cut: two keys must not read alike. The other columns never give way."""
+    table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD,
+                  show_edge=False, padding=(0, 0))
     for column in ("kind", "key", "original", "current", "latest", "kept", "updated"):
         numeric = column in ("original", "current", "latest", "kept")
         table.add_column(column, justify="right" if numeric else "left",
-                         no_wrap=column != "key")
+                         no_wrap=column != "key", overflow="fold")
     for i in infos:
         current = f"[bold]{i.current}[/]" if i.current != i.original else str(i.current)
         table.add_row(i.kind, escape(i.key), str(i.original), current, str(i.latest),
                       str(i.revisions), _when(i.updated_at_s))
-    _console().print(table)
+    return table
 
 
 @versions.command()
@@ -165,20 +173,32 @@ def show(key: str, rev: RevisionRef | None, store_path: Path, kind: Kind, as_jso
         return
     console = _console()
     console.print(_info_line(info))
-    table = Table(box=box.SIMPLE_HEAD)
-    fixed = {"rev": 3, "": 2, "outcome": 7, "recorded": 16, "sha256": 8, "author": 6,
-             "role": 6, "trace": 6, "error": 8}
-    for column in fixed:
-        table.add_column(column, justify="right" if column == "rev" else "left", no_wrap=True,
-                         min_width=fixed.get(column), overflow="ellipsis")
+    console.print(_history_table(info, history))
+    failed = [r for r in history if r.error]
+    if failed:
+        errors = Table.grid(padding=(0, 1))
+        errors.add_column(no_wrap=True, justify="right")
+        errors.add_column(overflow="fold")
+        for r in failed:
+            errors.add_row(f"rev {r.rev}:", escape((r.error or "").splitlines()[0]))
+        console.print("errors:")
+        console.print(Padding(errors, (0, 0, 0, 2)))
+
+
+def _history_table(info: KeyInfo, history: list[Revision]) -> Table:
+    """A key's revisions, newest first. The revision number (what rollback takes), its
+    marks, outcome, time and hash never give way; who wrote it folds onto more lines where
+    there is no room. The errors of failed revisions are listed under the table."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0))
+    for column in ("rev", "", "outcome", "recorded", "sha256", "author", "role", "trace"):
+        table.add_column(column, justify="right" if column == "rev" else "left",
+                         no_wrap=column not in ("author", "role", "trace"), overflow="fold")
     for r in history:
         marks = "".join(name[0].upper() for name, on in _marks(r, info).items() if on)
         outcome = "[green]ok[/]" if r.outcome == "ok" else "[red]failed[/]"
-        error = (r.error or "").splitlines()[0][:60] if r.error else ""
         table.add_row(str(r.rev), marks, outcome, _when(r.recorded_at_s), r.hash[:8],
-                      escape(r.author or "-"), escape(r.role or "-"), escape(r.trace_id or "-"),
-                      escape(error))
-    console.print(table)
+                      escape(r.author or "-"), escape(r.role or "-"), escape(r.trace_id or "-"))
+    return table
 
 
 def _marks(r: Revision, info: KeyInfo) -> dict[str, bool]:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from ..bindings import Binding, LuaFunction
 from ..sandbox import FunctionHandle, HostCall
@@ -38,11 +38,17 @@ class _Args(BaseModel):
 class OnArgs(_Args):
     event: Name
     fn: LuaFunction
+    point: Name | None = None  # the resume point fn was declared as (see resume_point)
 
 
 class TimerArgs(_Args):
     ticks: Ticks
     fn: LuaFunction
+    point: Name | None = None
+
+
+class AfterArgs(TimerArgs):
+    spawn: StrictBool = False  # the engine library's spawn(fn): failures name it so
 
 
 class CancelArgs(_Args):
@@ -70,6 +76,7 @@ class StateSetArgs(_Args):
 class ExportArgs(_Args):
     name: Name
     value: LuaFunction | Any = None
+    point: Name | None = None
 
 
 class ImportArgs(_Args):
@@ -104,27 +111,29 @@ class EngineServices:
     Attributes:
         mod_for: the mod a call comes from (a mod of this game, or it raises).
         add_callback: register a handler (``on``, for an event) or a timer (``after``,
-            ``every``, in ticks) defined at ``where``; returns its id.
+            ``every``, in ticks) defined at ``where``, declared as resume point ``point``
+            (or ``None``); returns its id.
         cancel: drop a handler or timer by id; whether it was registered.
         ready: take the mod's dispatcher, once.
         emit: queue an event from the mod (a copy of its data) for the next tick.
         tick_count: the game's tick number.
         state_get, state_set: read (a copy) and write (plain data, bounded) the mod's state.
-        export: offer ``("data", value)`` or ``("function", where)`` under a name.
+        export: offer ``("data", value)`` or ``("function", where)`` under a name (a
+            function declared as a resume point, with its name, else ``None``).
         import_: another mod's export: ``("data", copy)`` or ``("function", None)``.
         call_export: call another mod's exported function with one argument, on the
             caller's time.
     """
 
     mod_for: Callable[[HostCall], Mod]
-    add_callback: Callable[[Mod, CallbackKind, str | None, int, str], int]
+    add_callback: Callable[[Mod, CallbackKind, str | None, int, str, str | None], int]
     cancel: Callable[[Mod, int], bool]
     ready: Callable[[Mod, FunctionHandle], None]
     emit: Callable[[Mod, str, Any], None]
     tick_count: Callable[[], int]
     state_get: Callable[[Mod, str], Any]
     state_set: Callable[[Mod, str, Any], None]
-    export: Callable[[Mod, str, str, Any], None]
+    export: Callable[[Mod, str, str, Any, str | None], None]
     import_: Callable[[Mod, str, str], tuple[Any, ...]]
     call_export: Callable[[Mod, str, str, Any, HostCall], Any]
 
@@ -141,15 +150,18 @@ def engine_bindings(services: EngineServices) -> tuple[Binding, ...]:
 
     def on(call: HostCall, args: OnArgs) -> int:
         """Call fn(data, event, from) for each event of that name (fn(tick) for "tick"); returns an id."""
-        return services.add_callback(mod(call), "on", args.event, 0, _where(args.fn))
+        return services.add_callback(mod(call), "on", args.event, 0, _where(args.fn),
+                                     args.point)
 
-    def after(call: HostCall, args: TimerArgs) -> int:
+    def after(call: HostCall, args: AfterArgs) -> int:
         """Call fn(tick) once, ticks from now; returns an id for cancel."""
-        return services.add_callback(mod(call), "after", None, args.ticks, _where(args.fn))
+        return services.add_callback(mod(call), "spawn" if args.spawn else "after", None,
+                                     args.ticks, _where(args.fn), args.point)
 
     def every(call: HostCall, args: TimerArgs) -> int:
         """Call fn(tick) every ticks ticks; returns an id for cancel."""
-        return services.add_callback(mod(call), "every", None, args.ticks, _where(args.fn))
+        return services.add_callback(mod(call), "every", None, args.ticks, _where(args.fn),
+                                     args.point)
 
     def cancel(call: HostCall, args: CancelArgs) -> bool:
         """Stop a handler or timer by id; true if it was registered."""
@@ -179,9 +191,9 @@ def engine_bindings(services: EngineServices) -> tuple[Binding, ...]:
         """Offer data (by copy) or a function to other mods under a name."""
         value = args.value
         if isinstance(value, FunctionHandle):
-            services.export(mod(call), args.name, "function", _where(value))
+            services.export(mod(call), args.name, "function", _where(value), args.point)
         else:
-            services.export(mod(call), args.name, "data", value)
+            services.export(mod(call), args.name, "data", value, None)
 
     def import_(call: HostCall, args: ImportArgs) -> tuple[Any, ...]:
         """(engine library) Another mod's export: ("data", copy) or ("function", nil)."""
@@ -199,7 +211,7 @@ def engine_bindings(services: EngineServices) -> tuple[Binding, ...]:
 
     return (
         make("on", OnArgs, on, risk="read", cost=2),
-        make("after", TimerArgs, after, risk="read", cost=2),
+        make("after", AfterArgs, after, risk="read", cost=2),
         make("every", TimerArgs, every, risk="read", cost=2),
         make("cancel", CancelArgs, cancel, risk="read"),
         make("engine_ready", ReadyArgs, ready, risk="read"),

@@ -7,27 +7,30 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .._errors import MoonboxError, ScriptError
-from ..bindings import ModApi
+from ..bindings import ModApi, Permissions
 from ..isolation import IsolatedChunk, IsolatedRun, IsolatedSandbox, WorkerStats
 from ..sandbox import Budget, FunctionHandle, Run, Sandbox
 
 __all__ = ["Callback", "Event", "Failure", "Mod", "ModStats", "Quarantine", "Task"]
 
-CallbackKind = Literal["on", "after", "every"]
+CallbackKind = Literal["on", "after", "every", "spawn"]
 
 
 @dataclass(slots=True)
 class Callback:
-    """A handler (``on``) or timer (``after``, ``every``) a mod registered.
+    """A handler (``on``), timer (``after``, ``every``) or task (``spawn``) a mod
+    registered.
 
     Attributes:
         id: the id the mod got back (per mod).
-        kind: ``on``, ``after`` or ``every``.
+        kind: ``on``, ``after``, ``every`` or ``spawn`` (a one-shot timer of 1 tick).
         event: the event of a handler.
         interval: ticks between calls of a timer.
         due: the tick a timer fires next.
         where: ``chunk:line`` where the function was defined.
-        label: how failures name it: ``on('tick')``, ``every(5)``, ``after(3)``.
+        point: the resume point its function was declared as (``resume_point``), which a
+            restore registers it with again; ``None`` for any other function.
+        label: how failures name it: ``on('tick')``, ``every(5)``, ``after(3)``, ``spawn``.
     """
 
     id: int
@@ -36,24 +39,34 @@ class Callback:
     interval: int = 0
     due: int = 0
     where: str = "?"
+    point: str | None = None
     label: str = field(init=False)
 
     def __post_init__(self) -> None:
-        # How failures name it: on('tick'), every(5), after(3).
+        # How failures name it: on('tick'), every(5), after(3), spawn.
         if self.kind == "on":
             self.label = f"on({self.event!r})"
+        elif self.kind == "spawn":
+            self.label = "spawn"
         else:
             self.label = f"{self.kind}({self.interval})"
 
 
 @dataclass(slots=True)
 class Task:
-    """A callback paused in ``wait``: resumed at tick ``due``."""
+    """A callback paused in ``wait``: resumed at tick ``due``.
+
+    ``point`` and ``data``: the resume point and (a copy of) the data it waited with
+    (``wait(ticks, point, data)``): after a restore, the task is re-entered as the point's
+    function called with the data. ``None`` for a plain ``wait``.
+    """
 
     id: int
     due: int
     label: str
     where: str
+    point: str | None = None
+    data: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,18 +207,29 @@ class Mod:
     _stale_timers: int = 0  # entries of ``timers`` whose timer was cancelled
     tasks: dict[int, Task] = field(default_factory=dict)
     queue: deque[Event] = field(default_factory=deque)
-    exports: dict[str, tuple[str, Any]] = field(default_factory=dict)  # name -> (kind, value)
+    # name -> (kind, value, point): ("data", copy, None) or ("function", where, point)
+    exports: dict[str, tuple[str, Any, str | None]] = field(default_factory=dict)
     emits_this_tick: int = 0
     failures_in_a_row: int = 0
     trips_in_a_row: int = 0
     next_id: int = 1
+    # What a snapshot needs to build the mod again: its permissions, whether the host gave
+    # it access and a preparation, the tick of its (last) load and the callback ids that
+    # load registered (first, end).
+    permissions: Permissions | None = field(default=None, repr=False)
+    loaded_tick: int = 0
+    _load_ids: tuple[int, int] = (1, 1)
+    _load_signature: tuple[tuple[Any, ...], ...] = ()  # (id, kind, event, interval, where)
+    _load_exports: dict[str, str] = field(default_factory=dict)  # function name -> where
+    _has_access: bool = False
     _keeper: Run | IsolatedRun | None = field(default=None, repr=False)
     _dispatch: FunctionHandle | None = field(default=None, repr=False)
     _run: Run | IsolatedRun | None = field(default=None, repr=False)
     _generation: int = 0
-    # Isolated mods: what it takes to build the mod again in a fresh worker (its main
-    # chunk, the host's preparation and the engine library compiled in the worker), and
-    # the sandbox's restore count it was last built at.
+    # What it takes to build the mod again (a restore from a snapshot, or in an isolated
+    # game a fresh worker): its main chunk and the host's preparation; isolated mods keep
+    # the engine library compiled in the worker and the sandbox's restore count it was
+    # last built at.
     _isolated: bool = False
     _source: str | bytes = field(default="", repr=False)
     _prepare: Any = field(default=None, repr=False)

@@ -3,16 +3,23 @@
 -- Runs in every mod's own environment, as the mod's own (metered) code, before the mod's
 -- main chunk. It grants nothing the mod could not do itself: it keeps the mod's callbacks
 -- in a table out of the mod's reach, hides the raw engine bindings behind the public
--- functions (on, after, every, cancel, spawn, wait, export, import), and hands the host a
+-- functions (on, after, every, cancel, spawn, wait, export, import, resume_point), gives
+-- the mod a math.random whose state a snapshot of the game can hold, and hands the host a
 -- dispatcher: a loop the host resumes once per handler call, each resume under its own
 -- budget.
 --
--- The host resumes the dispatcher with (what, a, b, c) and gets back (code, x, y); `what`
--- says what to do, in as few arguments as possible (each costs the host a conversion):
+-- The host resumes the dispatcher with (what, a, b, c) and gets back (code, x, y, ...);
+-- `what` says what to do, in as few arguments as possible (each costs the host a
+-- conversion):
 --   what > 0: call callback `what` with a, b, c   what < 0: resume waiting task -what
---   what a string: call that export with a        what == 0: forget waiting task a
+--   what a string: call that export with a        what == 0: an engine operation, a:
+--     a number: forget waiting task a
+--     "snapshot": x is {the generator's eight half-words, the next task id}
+--     "restore": put back what b holds (see restore below); x lists the resume points
+--       it names that the mod did not declare
 --   code 0: done (x: an export's result; nothing at all when there is none)
---   code 1: waiting: task x for y ticks
+--   code 1: waiting: task x for y ticks (then, for a wait with a resume point: its name
+--           and data)
 --   code 2: failed with message x                 code 3: no such callback, task or export
 
 local seed = ...
@@ -21,10 +28,134 @@ local seed = ...
 local env = _G
 local type, error, pcall, floor = type, error, pcall, math.floor
 local min, max, huge = math.min, math.max, math.huge
-local s_match, s_sub, tostring = string.match, string.sub, tostring
+local s_match, s_sub, tostring, tonumber = string.match, string.sub, tostring, tonumber
+local select, next, ipairs = select, next, ipairs
 local co_create, co_resume, co_yield = coroutine.create, coroutine.resume, coroutine.yield
 
-if type(seed) == "number" then math.randomseed(seed) end
+-------------------------------------------------------------------------------------------
+-- math.random: the runtime's own generator written out here, so that a snapshot of the
+-- game can hold its state and a restore put it back (the runtime keeps its state where no
+-- Lua code reads it). It is LuaJIT's: Tausworthe 223 over four 64-bit words, each word
+-- here two 32-bit halves, seeded from a number as LuaJIT seeds it. It draws exactly what
+-- the runtime's math.random draws (a test holds them equal).
+-------------------------------------------------------------------------------------------
+local bit = env.bit
+local band, bor, bxor, lshift, rshift, tobit = bit.band, bit.bor, bit.bxor, bit.lshift,
+  bit.rshift, bit.tobit
+local frexp, unpack = math.frexp, unpack
+local lib_math = env.math
+
+local u0h, u0l, u1h, u1l, u2h, u2l, u3h, u3l = 0, 0, 0, 0, 0, 0, 0, 0
+
+-- One step: the four words move on; their xor is the draw (high, low).
+local function step()
+  local zh, zl, ah, al, bh, bl, rh, rl
+  -- z = ((z << 31 ^ z) >> 45) ^ ((z & top 63 bits) << 18)
+  zh, zl = u0h, u0l
+  ah = bxor(bor(lshift(zh, 31), rshift(zl, 1)), zh)
+  bh, bl = 0, rshift(ah, 13)
+  al = band(zl, -2)
+  zh = bxor(bh, bor(lshift(zh, 18), rshift(al, 14)))
+  zl = bxor(bl, lshift(al, 18))
+  u0h, u0l = zh, zl
+  rh, rl = zh, zl
+  -- z = ((z << 19 ^ z) >> 30) ^ ((z & top 58 bits) << 28)
+  zh, zl = u1h, u1l
+  ah = bxor(bor(lshift(zh, 19), rshift(zl, 13)), zh)
+  al = bxor(lshift(zl, 19), zl)
+  bh, bl = rshift(ah, 30), bor(rshift(al, 30), lshift(ah, 2))
+  al = band(zl, lshift(-1, 6))
+  zh = bxor(bh, bor(lshift(zh, 28), rshift(al, 4)))
+  zl = bxor(bl, lshift(al, 28))
+  u1h, u1l = zh, zl
+  rh, rl = bxor(rh, zh), bxor(rl, zl)
+  -- z = ((z << 24 ^ z) >> 48) ^ ((z & top 55 bits) << 7)
+  zh, zl = u2h, u2l
+  ah = bxor(bor(lshift(zh, 24), rshift(zl, 8)), zh)
+  bh, bl = 0, rshift(ah, 16)
+  al = band(zl, lshift(-1, 9))
+  zh = bxor(bh, bor(lshift(zh, 7), rshift(al, 25)))
+  zl = bxor(bl, lshift(al, 7))
+  u2h, u2l = zh, zl
+  rh, rl = bxor(rh, zh), bxor(rl, zl)
+  -- z = ((z << 21 ^ z) >> 39) ^ ((z & top 47 bits) << 8)
+  zh, zl = u3h, u3l
+  ah = bxor(bor(lshift(zh, 21), rshift(zl, 11)), zh)
+  bh, bl = 0, rshift(ah, 7)
+  al = band(zl, lshift(-1, 17))
+  zh = bxor(bh, bor(lshift(zh, 8), rshift(al, 24)))
+  zl = bxor(bl, lshift(al, 8))
+  u3h, u3l = zh, zl
+  return bxor(rh, zh), bxor(rl, zl)
+end
+
+-- The bits of a double as two 32-bit words (high, low), as the runtime's seeding reads them.
+local function bits(d)
+  if d ~= d then return tobit(0xfff80000), 0 end
+  local sign = (d < 0 or (d == 0 and 1 / d < 0)) and 0x80000000 or 0
+  local a = d < 0 and -d or d
+  local hi, frac
+  if a == huge then
+    hi, frac = 0x7ff00000, 0
+  elseif a == 0 then
+    hi, frac = 0, 0
+  else
+    local m, e = frexp(a)
+    local biased = e + 1022
+    if biased >= 1 then
+      frac = (m * 2 - 1) * 4503599627370496
+    else  -- subnormal
+      biased, frac = 0, a * 2 ^ 1074
+    end
+    hi = biased * 1048576
+  end
+  return tobit(sign + hi + floor(frac / 4294967296)), tobit(frac % 4294967296)
+end
+
+local PI, E = 3.14159265358979323846, 2.7182818284590452354
+
+local function seed_generator(d)
+  local r = 0x11090601  -- 64 - k of each word, one byte each
+  local words = {}
+  for i = 0, 3 do
+    local m = 2 ^ (r % 256)
+    r = floor(r / 256)
+    d = d * PI + E
+    local hi, lo = bits(d)
+    if hi == 0 and lo % 4294967296 < m then lo = tobit(lo + m) end
+    words[2 * i + 1], words[2 * i + 2] = hi, lo
+  end
+  u0h, u0l, u1h, u1l, u2h, u2l, u3h, u3l = unpack(words)
+  for _ = 1, 10 do step() end
+end
+
+local function number_arg(v, i, fname)
+  if type(v) == "number" then return v end
+  local n = type(v) == "string" and tonumber(v) or nil
+  if n == nil then
+    error("bad argument #" .. i .. " to '" .. fname .. "' (number expected, got "
+      .. (v == nil and "no value" or type(v)) .. ")", 3)
+  end
+  return n
+end
+
+function lib_math.random(...)
+  local rh, rl = step()
+  local d = (band(rh, 0xfffff) * 4294967296 + rl % 4294967296) * (1 / 4503599627370496)
+  local n = select("#", ...)
+  if n == 0 then return d end
+  local m, top = ...
+  m = number_arg(m, 1, "random")
+  if n == 1 then return floor(d * m) + 1 end
+  top = number_arg(top, 2, "random")
+  return floor(d * (top - m + 1)) + m
+end
+
+function lib_math.randomseed(...)
+  seed_generator(number_arg((...), 1, "randomseed"))
+end
+
+seed_generator(type(seed) == "number" and seed or 0)
 
 -- The raw bindings, taken out of the mod's sight.
 local raw = {}
@@ -39,6 +170,9 @@ local callbacks = {}   -- callback id -> function (handlers and timers)
 local once = {}        -- callback id -> true for one-shot timers
 local exported = {}    -- export name -> function
 local tasks = {}       -- task id -> a waiting coroutine
+local points = {}      -- resume point name -> function (see resume_point)
+local point_of = {}    -- function -> its resume point's name
+local revived = {}     -- task id -> {point, data}: restored from a snapshot, not due yet
 local next_task = 0
 -- What a worker yields to the dispatcher. Only the workers hold them, and no mod code can
 -- resume a worker or get hold of one (see below), so the mod can neither read nor forge them.
@@ -77,7 +211,7 @@ end
 if raw.on then
   -- on(event, fn): call fn(data, event, from) for each event of that name; fn(tick) for "tick".
   function env.on(event, fn)
-    local id = call_raw("on", event, fn)
+    local id = call_raw("on", event, fn, point_of[fn])
     callbacks[id] = fn
     return id
   end
@@ -86,7 +220,7 @@ end
 if raw.after then
   -- after(ticks, fn): call fn(tick) once, that many ticks from now.
   function env.after(ticks, fn)
-    local id = call_raw("after", ticks, fn)
+    local id = call_raw("after", ticks, fn, point_of[fn])
     callbacks[id] = fn
     once[id] = true
     return id
@@ -94,7 +228,7 @@ if raw.after then
 
   -- spawn(fn): run fn as a task from the next tick; it may wait().
   function env.spawn(fn)
-    local id = call_raw("after", 1, fn)
+    local id = call_raw("after", 1, fn, point_of[fn], true)
     callbacks[id] = fn
     once[id] = true
     return id
@@ -104,7 +238,7 @@ end
 if raw.every then
   -- every(ticks, fn): call fn(tick) every that many ticks.
   function env.every(ticks, fn)
-    local id = call_raw("every", ticks, fn)
+    local id = call_raw("every", ticks, fn, point_of[fn])
     callbacks[id] = fn
     return id
   end
@@ -122,19 +256,66 @@ if raw.cancel then
   end
 end
 
--- wait(ticks): pause this handler, timer or task; it resumes that many ticks later.
-function env.wait(ticks)
+-- resume_point(name, fn): declare fn as the way back into work a snapshot of the game
+-- cannot hold as it is: a task waiting with wait(ticks, name, data) is re-entered after a
+-- restore as fn(data); a handler or timer registered after loading with fn is registered
+-- again with it. Declare them in the main chunk: a restore runs it again.
+function env.resume_point(name, fn)
+  if type(name) ~= "string" or #name < 1 or #name > 64 then
+    error("resume_point: the name must be a string of 1 to 64 characters", 2)
+  end
+  if type(fn) ~= "function" then error("resume_point: fn must be a function", 2) end
+  local old = points[name]
+  if old ~= nil then point_of[old] = nil end
+  points[name] = fn
+  point_of[fn] = name
+end
+
+-- Whether v is plain data: nil, booleans, numbers, strings, and tables of them with
+-- string or number keys, no cycles, at most 32 deep. Raw access only.
+local function plain(v, depth, seen)
+  local tv = type(v)
+  if tv ~= "table" then
+    return tv == "nil" or tv == "boolean" or tv == "number" or tv == "string"
+  end
+  if depth > 32 or seen[v] then return false end
+  seen[v] = true
+  local k, x = next(v)
+  while k ~= nil do
+    local tk = type(k)
+    if (tk ~= "string" and tk ~= "number") or not plain(x, depth + 1, seen) then
+      return false
+    end
+    k, x = next(v, k)
+  end
+  seen[v] = nil
+  return true
+end
+
+-- wait(ticks, point, data): pause this handler, timer or task; it resumes that many ticks
+-- later. With a resume point (a name given to resume_point), a restore from a snapshot
+-- taken meanwhile calls that point's function with a copy of data (taken now) instead.
+function env.wait(ticks, point, data)
   if ticks == nil then ticks = 1 end
   if type(ticks) ~= "number" or ticks ~= ticks or ticks < 1 or ticks > MAX_WAIT then
     error("wait: ticks must be a number from 1 to 1000000", 2)
   end
-  return co_yield(WAIT, floor(ticks))
+  if point == nil then return co_yield(WAIT, floor(ticks)) end
+  if type(point) ~= "string" or points[point] == nil then
+    error("wait: no resume point is named " .. (type(point) == "string" and point or type(point))
+      .. "; declare it with resume_point(name, fn)", 2)
+  end
+  if not plain(data, 0, {}) then
+    error("wait: data must be plain data (nil, booleans, numbers, strings and tables of "
+      .. "them, no cycles)", 2)
+  end
+  return co_yield(WAIT, floor(ticks), point, data)
 end
 
 if raw.export then
   -- export(name, value): offer a copy of data, or a function, to other mods.
   function env.export(name, value)
-    call_raw("export", name, value)
+    call_raw("export", name, value, type(value) == "function" and point_of[value] or nil)
     if type(value) == "function" then exported[name] = value else exported[name] = nil end
   end
 end
@@ -187,14 +368,14 @@ local function worker(fn, a, b, c)
   end
 end
 
-local function settle(co, ok, x, y)
+local function settle(co, ok, x, y, point, data)
   if not ok then return 2, message_of(x) end
   if x == DONE then
     idle = co
     return 0, y
   end
   if x ~= WAIT then
-    y = 1                         -- a bare coroutine.yield() waits one tick
+    y, point, data = 1, nil, nil  -- a bare coroutine.yield() waits one tick
   elseif type(y) ~= "number" or y ~= y or y == huge or y == -huge then
     return 2, "wait: ticks must be a number from 1 to " .. MAX_WAIT   -- never from wait()
   else
@@ -202,7 +383,7 @@ local function settle(co, ok, x, y)
   end
   next_task = next_task + 1
   tasks[next_task] = co
-  return 1, next_task, y
+  return 1, next_task, y, point, data
 end
 
 local function start(fn, a, b, c)
@@ -215,9 +396,57 @@ local function start(fn, a, b, c)
   return settle(co, co_resume(co, fn, a, b, c))
 end
 
--- Everything but the commonest call (below): (code, x, y) for the host.
+-- What a snapshot holds of the mod's Lua side besides what the host keeps: the
+-- generator's state and the next task id.
+local function snapshot()
+  return { u0h, u0l, u1h, u1l, u2h, u2l, u3h, u3l, next_task }
+end
+
+-- Puts back what a snapshot held, into the state the main chunk (run again) left:
+--   random: the generator's eight half-words; next_task: the next task id
+--   drop: callback ids registered by the main chunk and gone since (fired or cancelled)
+--   bind: {id, point, once}: callbacks registered after loading, through a resume point
+--   exports: {name, point}: exported functions through a resume point ({name}: none)
+--   tasks: {id, point, data}: waiting tasks, re-entered through their resume point
+-- Returns the resume points named that the mod did not declare (nil: none).
+local function restore(b)
+  local missing = nil
+  local function point(name)
+    local fn = points[name]
+    if fn == nil then
+      missing = missing or {}
+      missing[#missing + 1] = name
+    end
+    return fn
+  end
+  local r = b.random
+  if r ~= nil then
+    u0h, u0l, u1h, u1l = tobit(r[1]), tobit(r[2]), tobit(r[3]), tobit(r[4])
+    u2h, u2l, u3h, u3l = tobit(r[5]), tobit(r[6]), tobit(r[7]), tobit(r[8])
+  end
+  next_task = b.next_task
+  for _, id in ipairs(b.drop or {}) do
+    callbacks[id], once[id] = nil, nil
+  end
+  for _, e in ipairs(b.bind or {}) do
+    local fn = point(e[2])
+    if fn ~= nil then
+      callbacks[e[1]] = fn
+      once[e[1]] = e[3] or nil
+    end
+  end
+  for _, e in ipairs(b.exports or {}) do
+    if e[2] == nil then exported[e[1]] = nil else exported[e[1]] = point(e[2]) end
+  end
+  for _, e in ipairs(b.tasks or {}) do
+    if point(e[2]) ~= nil then revived[e[1]] = { e[2], e[3] } end
+  end
+  return missing
+end
+
+-- Everything but the commonest call (below): (code, x, y, ...) for the host.
 local function answer(what, a, b, c)
-  local code, x, y = 3, nil, nil
+  local code, x, y, point, data = 3, nil, nil, nil, nil
   if type(what) == "number" then
     if what > 0 then
       local fn = callbacks[what]
@@ -225,17 +454,27 @@ local function answer(what, a, b, c)
         if once[what] then
           callbacks[what], once[what] = nil, nil
         end
-        code, x, y = start(fn, a, b, c)
+        code, x, y, point, data = start(fn, a, b, c)
       end
     elseif what < 0 then
       local co = tasks[-what]
       if co ~= nil then
         tasks[-what] = nil
-        code, x, y = settle(co, co_resume(co))
+        code, x, y, point, data = settle(co, co_resume(co))
+      else
+        local r = revived[-what]
+        if r ~= nil then
+          revived[-what] = nil
+          code, x, y, point, data = start(points[r[1]], r[2])
+        end
       end
-    else
-      tasks[a] = nil
+    elseif type(a) == "number" then
+      tasks[a], revived[a] = nil, nil
       code = 0
+    elseif a == "snapshot" then
+      code, x = 0, snapshot()
+    elseif a == "restore" then
+      code, x = 0, restore(b)
     end
   else
     local fn = exported[what]
@@ -247,7 +486,7 @@ local function answer(what, a, b, c)
       end
     end
   end
-  return code, x, y
+  return code, x, y, point, data
 end
 
 -- Each start of the dispatcher (the first call, and the next after a budget trip ended the
@@ -263,27 +502,29 @@ local function dispatcher(what, a, b, c)
   while true do
     local fn, co = nil, idle
     if co ~= nil and type(what) == "number" and what > 0 then fn = callbacks[what] end
-    local code, x, y
+    local code, x, y, point, data
     if fn ~= nil then
       if once[what] then
         callbacks[what], once[what] = nil, nil
       end
       idle = nil
       local ok
-      ok, x, y = co_resume(co, fn, a, b, c)
+      ok, x, y, point, data = co_resume(co, fn, a, b, c)
       if ok and x == DONE then
         idle = co
         code, x, y = 0, y, nil
       else
-        code, x, y = settle(co, ok, x, y)
+        code, x, y, point, data = settle(co, ok, x, y, point, data)
       end
     else
-      code, x, y = answer(what, a, b, c)
+      code, x, y, point, data = answer(what, a, b, c)
     end
     if code == 0 and x == nil then
       what, a, b, c = co_yield()  -- the commonest answer, and the cheapest to hand over
-    else
+    elseif point == nil then
       what, a, b, c = co_yield(code, x, y)
+    else
+      what, a, b, c = co_yield(code, x, y, point, data)
     end
   end
 end

@@ -22,6 +22,38 @@ Invariants (the names are what reproducers and reports show):
   environment is unchanged (``fingerprint.lua``).
 - ``alive``: the program's sandbox, or its replacement after an out-of-memory trip, still
   runs ``return 'alive'``.
+- ``host-time``: the host's work around a resume that is not the resume's own (copying
+  values out, describing errors) stays under :data:`HOST_TIME_S`, which a linear copy of
+  the largest values that may cross meets many times over. It is measured in CPU time of
+  the host's thread: over the resume call, minus over the call into Lua inside it, which
+  a busy machine does not inflate (the fuzzer runs niced, beside other work; a wall-clock
+  bound failed there).
+- ``late-end``: a resume whose own wall time (``outcome.stats.wall_s``) passes its wall
+  budget, the stall margin and :data:`LATE_SLACK_S` is a time trip (or an error or trip of
+  its own), never ``done`` or ``yielded``: what ends late is counted after the fact, on
+  every path of a resume. (``wall-time`` judges the same resumes on the checker's clock.)
+- ``source-limit``: a source over ``MAX_SOURCE_BYTES`` (in UTF-8 bytes) is a
+  :class:`SourceTooLarge` naming its exact size and the limit; one at or under it never is.
+- ``reports``: in each resume, a dropped line leaves ``REPORTS_DROPPED`` as the last
+  line and nowhere else, and it is there exactly when ``reports_dropped_now`` counts drops.
+
+Each kind of generated case (:data:`moonbox.fuzz._programs.KINDS`) adds the invariants of
+its kind:
+
+- ``colliding-keys`` cases: ``host-time`` holds the host's time around all the resumes to
+  :data:`TWIN_FACTOR` times that of the program's twin with keys that do not collide
+  (a walk by slot costs both the same; one that re-finds each key along the chain does
+  not); ``wall-time`` allows the stall margin on top and judges the thread's CPU time (the
+  mod's own inserts into the chain are charged like cheap ones, and cannot be interrupted);
+- ``error-value`` cases: no metamethod of the mod ran on the host side (the flag
+  ``metamethod_ran`` the programs' metamethods set stays nil: the programs never convert
+  their error values themselves); the message bound is the general one, 4 KiB and "...";
+- ``report-flood`` cases (programs that yield how many lines they sent): every resume
+  keeps its own first line (the caps are per resume) and each line sent is kept or
+  counted as dropped;
+- ``long-operation`` cases: ``wall-time`` allows the stall margin on top of the margin
+  and judges the thread's CPU time (one operation the meter cannot interrupt ends late, and
+  is counted as a trip; what it costs is CPU, which a busy machine does not stretch).
 
 Two more are checked by the process that drives the worker (:mod:`moonbox.fuzz._runner`):
 ``crash`` (the worker process died) and ``hang`` (it did not answer in time), and
@@ -59,11 +91,12 @@ from typing import Any
 
 from lupa import luajit21
 
-from .._errors import BudgetExceeded, Frame, ScriptError
+from .._errors import MAX_SOURCE_BYTES, BudgetExceeded, Frame, ScriptError, SourceTooLarge
 from ..bindings import Registry, default_bindings
-from ..sandbox import Budget, Outcome, Sandbox, Stats
-from ..sandbox._run import MAX_REPORT_CHARS, MAX_REPORTS
+from ..sandbox import STALL_MARGIN_S, Budget, Outcome, Sandbox, Stats
+from ..sandbox._run import MAX_REPORT_CHARS, MAX_REPORTS, REPORTS_DROPPED
 from ..sandbox._runtime import MAX_MESSAGE_BYTES
+from ..sandbox._watchdog import stall_margin_s
 
 __all__ = [
     "CHUNK",
@@ -74,8 +107,15 @@ __all__ = [
     "MAX_RESUMES",
     "Violation",
     "budget_for",
+    "check_error_value",
+    "check_flood",
+    "check_host_time",
+    "check_host_time_against_twin",
+    "check_late_end",
     "check_outcome",
     "check_plain",
+    "check_resume_reports",
+    "check_source_limit",
     "check_wall",
 ]
 
@@ -86,8 +126,27 @@ DEFAULT_MARGIN_S = 0.75
 """How late past its wall budget a resume may end: generous, for a shared, noisy machine."""
 MAX_RESUMES = 3
 """Resumes of a program that yields at top level before the fuzzer closes it."""
-MAX_MESSAGE_CHARS = MAX_MESSAGE_BYTES + 1024
-"""An error message longer than this is unbounded (the sandbox caps them at 4 KiB)."""
+MAX_MESSAGE_CHARS = MAX_MESSAGE_BYTES + 3
+"""An error message longer than this is unbounded (the sandbox cuts them at 4 KiB and
+adds "...")."""
+HOST_TIME_S = 1.0
+"""The host's time around one resume beyond the resume's own. Copying out the largest
+values that may cross (100,000 items) takes ~0.05 s on a quiet machine: this bound is
+for a gross superlinearity on a busy one. Colliding-keys cases are held to their twin's
+time instead (:data:`TWIN_FACTOR`)."""
+COLLIDING_CALL = "local keys = colliding_keys("
+PLAIN_CALL = "local keys = plain_keys("
+"""How a colliding-keys program makes its keys (``colliding_keys.lua``), and how its twin
+does."""
+TWIN_FACTOR = 3.0
+TWIN_SLACK_S = 0.05
+"""A colliding-keys program's host time (over all its resumes) may be at most this factor
+of its twin's (the same program with keys that do not collide), plus the slack. A walk by
+slot costs both the same; re-finding each key along the chain, ~5-9x at the sizes used."""
+LATE_SLACK_S = 0.05
+"""Past the wall budget and the stall margin, how late a resume may end before a plain end
+(``done``, ``yielded``) is a ``late-end``: the sandbox reads its clock once more after the
+resume returns."""
 MAX_FRAMES = 256
 """More traceback frames than this is unbounded (the sandbox keeps at most 201)."""
 MAX_REACH_ENTRIES = 200_000
@@ -216,7 +275,7 @@ def check_outcome(outcome: Any, *, expect_syntax: bool | None = None) -> list[Vi
                 if problem:
                     bad("plain-data", problem)
     elif status == "error":
-        if type(error) is not ScriptError:
+        if type(error) not in (ScriptError, SourceTooLarge):
             bad("outcome", f"status error carries a {type(error).__qualname__}, not a ScriptError")
         elif error.kind not in _ERROR_KINDS:
             bad("outcome", f"error kind {error.kind!r} is none of {', '.join(_ERROR_KINDS)}")
@@ -234,6 +293,8 @@ def check_outcome(outcome: Any, *, expect_syntax: bool | None = None) -> list[Vi
         type(x) in (int, float) and math.isfinite(x) and x >= 0 for x in outcome.stats
     ):
         bad("outcome", f"stats are not finite numbers: {outcome.stats!r}")
+    if isinstance(error, SourceTooLarge):
+        expect_syntax = None  # judged by its size instead (check_source_limit)
     if expect_syntax is True and not (status == "error" and getattr(error, "kind", None) == "syntax"):
         bad("syntax-verdict", f"LuaJIT's parser refuses the program, but the sandbox gave {status}"
             + (f" ({error})" if error is not None else ""))
@@ -307,6 +368,119 @@ def check_wall(elapsed_s: float, budget: Budget, margin_s: float) -> Violation |
     return None
 
 
+def check_host_time(host_s: float, outcome: Outcome,
+                    bound_s: float = HOST_TIME_S) -> Violation | None:
+    """A ``host-time`` violation if the host spent more than ``bound_s`` (``host_s``: CPU
+    time of its thread) around one resume, beyond the resume's own run in Lua."""
+    if host_s > bound_s:
+        return Violation(
+            "host-time",
+            f"the host spent {host_s:.3f} s around a resume of {outcome.stats.wall_s:.3f} s "
+            f"({outcome.status}), past the bound of {bound_s} s: work superlinear in what "
+            "the mod handed over?",
+        )
+    return None
+
+
+def plain_twin(source: str) -> str:
+    """A colliding-keys program with keys that do not collide instead."""
+    return source.replace(COLLIDING_CALL, PLAIN_CALL, 1)
+
+
+def check_host_time_against_twin(host_s: float, twin_s: float) -> Violation | None:
+    """A ``host-time`` violation if a colliding-keys program cost the host (``host_s``, over
+    all its resumes) more than :data:`TWIN_FACTOR` times what its twin with keys that do
+    not collide cost (``twin_s``), plus :data:`TWIN_SLACK_S`."""
+    if host_s > TWIN_FACTOR * twin_s + TWIN_SLACK_S:
+        return Violation(
+            "host-time",
+            f"values of colliding keys cost the host {host_s:.3f} s, {host_s / max(twin_s, 1e-6):.1f}"
+            f" times the {twin_s:.3f} s of the same values with keys that do not collide: a "
+            "walk that re-finds each key along its chain?",
+        )
+    return None
+
+
+def check_late_end(elapsed_s: float, outcome: Outcome, budget: Budget,
+                   slack_s: float = LATE_SLACK_S) -> Violation | None:
+    """A ``late-end`` violation if a resume that ran ``elapsed_s`` (the checker passes the
+    resume's own wall time), past its wall budget, the stall margin and ``slack_s``, ended
+    plainly (``done`` or ``yielded``), not as a trip."""
+    late_s = budget.wall_s + stall_margin_s(budget.wall_s) + slack_s
+    if elapsed_s > late_s and outcome.status in ("done", "yielded"):
+        return Violation(
+            "late-end",
+            f"a resume ran {elapsed_s:.3f} s under a wall budget of {budget.wall_s} s and "
+            f"ended {outcome.status}, not as a time trip (late past {late_s:.2f} s)",
+        )
+    return None
+
+
+def check_source_limit(outcome: Outcome, size_bytes: int) -> Violation | None:
+    """A ``source-limit`` violation: a source of ``size_bytes`` (UTF-8) over
+    ``MAX_SOURCE_BYTES`` not refused as a :class:`SourceTooLarge` of that exact size and
+    the limit, or one at or under it refused as one."""
+    error = outcome.error
+    if size_bytes > MAX_SOURCE_BYTES:
+        if not isinstance(error, SourceTooLarge) or outcome.status != "error":
+            return Violation("source-limit", f"a source of {size_bytes} bytes, over the "
+                             f"limit of {MAX_SOURCE_BYTES}, ended {outcome.status}: "
+                             f"{str(error)[:200] if error else outcome.values!r}")
+        if (error.size_bytes, error.limit_bytes, error.code) != (
+                size_bytes, MAX_SOURCE_BYTES, "source_too_large"):
+            return Violation("source-limit", f"a source of {size_bytes} bytes was refused as "
+                             f"{error.size_bytes} bytes over a limit of {error.limit_bytes} "
+                             f"({error.code})")
+        return None
+    if isinstance(error, SourceTooLarge):
+        return Violation("source-limit", f"a source of {size_bytes} bytes, within the limit "
+                         f"of {MAX_SOURCE_BYTES}, was refused: {error}")
+    return None
+
+
+def check_resume_reports(outcome: Outcome, dropped_now: int) -> Violation | None:
+    """A ``reports`` violation: in one resume, ``REPORTS_DROPPED`` anywhere but last, or
+    there without drops counted (``dropped_now``), or drops counted without it."""
+    reports = outcome.reports if type(outcome.reports) is tuple else ()
+    marked = bool(reports) and reports[-1] == REPORTS_DROPPED
+    if REPORTS_DROPPED in reports[:-1]:
+        return Violation("reports", "REPORTS_DROPPED is not the resume's last line")
+    if marked and not dropped_now:
+        return Violation("reports", "the resume says lines were dropped, but counts none")
+    if dropped_now and not marked:
+        return Violation("reports", f"{dropped_now} lines were dropped silently: the resume's "
+                         f"last line is not REPORTS_DROPPED ({len(reports)} lines)")
+    return None
+
+
+def check_flood(outcome: Outcome, dropped_now: int, resume: int) -> Violation | None:
+    """A ``reports`` violation in resume ``resume`` (from 1) of a report flood (a program
+    that reports ``resume <n>`` first and yields or returns how many lines it sent): its
+    first line lost (the caps are not per resume) or lines neither kept nor counted."""
+    if outcome.status not in ("done", "yielded") or len(outcome.values) != 1:
+        return None  # tripped before it said how many it sent
+    sent = outcome.values[0]
+    reports = outcome.reports
+    kept = len(reports) - (1 if reports and reports[-1] == REPORTS_DROPPED else 0)
+    if not reports or reports[0] != f"resume {resume}":
+        return Violation("reports", f"resume {resume} sent {sent} lines, but its first line "
+                         f"is {reports[0] if reports else None!r}: the caps are not per "
+                         "resume")
+    if kept + dropped_now != sent:
+        return Violation("reports", f"resume {resume} sent {sent} lines: {kept} kept, "
+                         f"{dropped_now} counted as dropped")
+    return None
+
+
+def check_error_value(flag: Any) -> Violation | None:
+    """An ``error-value`` violation if a metamethod of the mod ran on the host side: the
+    ``metamethod_ran`` global the programs' metamethods set is not nil."""
+    if flag is not None:
+        return Violation("error-value", f"a metamethod of the mod ran on the host side: "
+                         f"metamethod_ran = {flag!r}")
+    return None
+
+
 # -- running one program ---------------------------------------------------------------------
 
 
@@ -322,11 +496,15 @@ class CaseResult:
         violations: the invariants it broke (empty when none).
         status: ``done``, ``yielded``, ``error:<kind>`` or ``budget:<kind>``, for statistics.
         elapsed_s: wall time of its resumes, together.
+        resumes: each resume's outcome, elapsed time, CPU time of the host's thread, CPU
+            time of the host's work around the run in Lua, and ``reports_dropped_now`` (in
+            process).
     """
 
     violations: list[Violation] = field(default_factory=list)
     status: str = ""
     elapsed_s: float = 0.0
+    resumes: list[tuple[Outcome, float, float, float, int]] = field(default_factory=list)
 
 
 class Checker:
@@ -400,45 +578,106 @@ class Checker:
         """Whether LuaJIT's own parser accepts the source (nothing of it runs)."""
         return bool(self._parses(source.encode("utf-8", "surrogateescape")))
 
-    def check(self, source: str, profile: str) -> CaseResult:
-        """Run one program under the profile's budget; every invariant it broke."""
+    def check(self, source: str, profile: str, kind: str = "composed") -> CaseResult:
+        """Run one program under the profile's budget; every invariant it broke, with the
+        invariants of its ``kind`` of case (see the module's documentation)."""
         result = CaseResult()
         budget = budget_for(profile, self.wall_s)
+        # A long operation, or the inserts of colliding keys, the meter cannot interrupt:
+        # past the stall margin they are counted as trips (late-end), not stopped. Their
+        # resumes are judged on the thread's CPU time: what one such operation takes is
+        # CPU, and a niced worker on a busy machine stretched 0.5 s sorts to 2.5 s of wall.
+        uninterruptible = kind in ("long-operation", "colliding-keys")
+        margin_s = self.margin_s + (STALL_MARGIN_S if uninterruptible else 0.0)
         expect_syntax = not self.parses(source)
         self._seed = (self._seed * 1103515245 + 12345) % (1 << 31)
         sb = self._sandbox(budget)
         try:
-            outcome = self._run(sb, source, budget, result)
+            outcome = self._run(sb, source, budget, result, margin_s, uninterruptible)
             if outcome is not None:
                 result.violations.extend(check_outcome(outcome, expect_syntax=expect_syntax))
                 result.status = _summary(outcome)
+                result.violations.extend(self._by_resume(result, budget, kind))
+                size = len(source.encode("utf-8", "surrogateescape"))
+                limit = check_source_limit(outcome, size)
+                if limit:
+                    result.violations.append(limit)
+            if kind == "error-value":
+                flagged = check_error_value(self._flag(sb))
+                if flagged:
+                    result.violations.append(flagged)
             self._after(sb, result)
         finally:
             sb.close()
+        if kind == "colliding-keys" and outcome is not None:
+            twin = self._host_time_of_twin(source, budget, margin_s)
+            slow = check_host_time_against_twin(_host_s(result), twin)
+            if slow:
+                result.violations.append(slow)
         self._check_sibling(result)
         if self.isolate:
             try:
-                self._check_isolated(source, profile, budget, expect_syntax, outcome, result)
+                self._check_isolated(source, profile, budget, expect_syntax, outcome, result,
+                                     margin_s)
             except Exception as exc:  # noqa: BLE001 - any escape is the finding
                 result.violations.append(_escaped(exc, "running the program isolated"))
         return result
 
     # -- the isolated run ----------------------------------------------------------------
 
+    @staticmethod
+    def _by_resume(result: CaseResult, budget: Budget, kind: str) -> list[Violation]:
+        """The invariants judged on each resume: host time, late ends, reports."""
+        found = []
+        for index, (outcome, _elapsed, _cpu_s, host_s, dropped_now) in enumerate(
+                result.resumes, 1):
+            for violation in (
+                check_host_time(host_s, outcome),
+                check_late_end(outcome.stats.wall_s, outcome, budget),
+                check_resume_reports(outcome, dropped_now),
+                check_flood(outcome, dropped_now, index) if kind == "report-flood" else None,
+            ):
+                if violation:
+                    found.append(violation)
+        return found
+
+    def _host_time_of_twin(self, source: str, budget: Budget, margin_s: float) -> float:
+        """The host's time around the resumes of a colliding-keys program's twin (the
+        same program with keys that do not collide)."""
+        twin = CaseResult()
+        sb = self._sandbox(budget)
+        try:
+            self._run(sb, plain_twin(source), budget, twin, margin_s)
+        finally:
+            sb.close()
+        return _host_s(twin)
+
+    def _flag(self, sb: Sandbox) -> Any:
+        """The mod's ``metamethod_ran`` global, read raw from the host side."""
+        rt = sb._rt
+        limit = sb._current_limit
+        try:
+            rt.set_max_memory(0)
+            return rt.execute(b"return rawget(..., 'metamethod_ran')", sb._env)
+        except Exception as exc:  # noqa: BLE001
+            return f"(the flag could not be read: {exc})"
+        finally:
+            rt.set_max_memory(limit, True)
+
     def _check_isolated(self, source: str, profile: str, budget: Budget,
                         expect_syntax: bool, in_process: Outcome | None,
-                        result: CaseResult) -> None:
+                        result: CaseResult, margin_s: float) -> None:
         """Run the program through an isolated sandbox; every isolation invariant."""
         self._programs += 1
         sb = self._pool.sandbox(
             f"program-{self._programs}", budget, host_functions=self._api.host_functions,
             jit=self.jit, seed=self._seed, deterministic=True, state_global="state",
-            wall_margin_s=self.margin_s + ISOLATED_KILL_AFTER_S, respawn="next_call")
+            wall_margin_s=margin_s + ISOLATED_KILL_AFTER_S, respawn="next_call")
         found = result.violations
         try:
-            outcome = self._run_isolated(sb, source, budget, found)
+            outcome = self._run_isolated(sb, source, budget, found, margin_s)
             if outcome is not None:
-                found.extend(self._isolated_outcome(sb, outcome, expect_syntax))
+                found.extend(self._isolated_outcome(sb, outcome, expect_syntax, margin_s))
                 if in_process is not None:
                     missed = _parity(profile, in_process, outcome, self.jit)
                     if missed and self._repeats_in_process(source, profile, budget, in_process):
@@ -461,7 +700,7 @@ class Checker:
         for _ in range(REPEATS_FOR_PARITY):
             sb = self._sandbox(budget)
             try:
-                again = self._run(sb, source, budget, CaseResult())
+                again = self._run(sb, source, budget, CaseResult(), self.margin_s)
             finally:
                 sb.close()
             if again is None or _parity(profile, first, again, self.jit):
@@ -469,7 +708,7 @@ class Checker:
         return True
 
     def _run_isolated(self, sb: Any, source: str, budget: Budget,
-                      found: list[Violation]) -> Outcome | None:
+                      found: list[Violation], margin_s: float) -> Outcome | None:
         try:
             run = sb.start(source, CHUNK)
         except ScriptError as exc:
@@ -479,7 +718,7 @@ class Checker:
             for i in range(MAX_RESUMES):
                 t0 = time.perf_counter()
                 outcome = run.resume()
-                late = check_wall(time.perf_counter() - t0, budget, self.margin_s)
+                late = check_wall(time.perf_counter() - t0, budget, margin_s)
                 if late:
                     found.append(Violation(late.invariant, "isolated: " + late.detail))
                 if outcome.status != "yielded" or i == MAX_RESUMES - 1:
@@ -490,7 +729,7 @@ class Checker:
         return outcome
 
     def _isolated_outcome(self, sb: Any, outcome: Outcome,
-                          expect_syntax: bool) -> list[Violation]:
+                          expect_syntax: bool, margin_s: float) -> list[Violation]:
         """The outcome invariants, and the loss of the worker as the finding it is."""
         from ..isolation import WorkerCrashed
 
@@ -507,7 +746,7 @@ class Checker:
             else:
                 found.append(Violation("hang", "the watchdog killed the isolated worker: the "
                                        f"program was not stopped within its wall budget "
-                                       f"plus {self.margin_s + ISOLATED_KILL_AFTER_S} s"))
+                                       f"plus {margin_s + ISOLATED_KILL_AFTER_S} s"))
         return found
 
     def _isolated_fingerprint(self) -> Any:
@@ -527,7 +766,11 @@ class Checker:
                 "sibling", "the isolated sibling changed (restored "
                 f"{self._iso_sibling.restores} times): {str(now)[:300]}"))
 
-    def _run(self, sb: Sandbox, source: str, budget: Budget, result: CaseResult) -> Outcome | None:
+    def _run(self, sb: Sandbox, source: str, budget: Budget, result: CaseResult,
+             margin_s: float, on_cpu: bool = False) -> Outcome | None:
+        """Run a program, resume by resume, with the ``wall-time`` check on each (on the
+        thread's CPU time with ``on_cpu``); the last outcome, or ``None`` if something
+        escaped."""
         try:
             run = sb.start(source, CHUNK)
         except ScriptError as exc:
@@ -537,13 +780,30 @@ class Checker:
             result.status = "host-exception"
             return None
         outcome: Outcome | None = None
+        # The host's work around a resume is the resume call's CPU time minus its call into
+        # Lua's: timed by a wrapper of the sandbox's entry into Lua.
+        lua_cpu = [0.0]
+        enter_lua = sb._h_resume
+
+        def timed(*args: Any) -> Any:
+            c0 = time.thread_time()
+            try:
+                return enter_lua(*args)
+            finally:
+                lua_cpu[0] += time.thread_time() - c0
+
+        sb._h_resume = timed
         try:
             for i in range(MAX_RESUMES):
-                t0 = time.perf_counter()
+                t0, cpu0, lua0 = time.perf_counter(), time.thread_time(), lua_cpu[0]
                 outcome = run.resume()
                 elapsed = time.perf_counter() - t0
+                cpu_s = time.thread_time() - cpu0
+                host_s = cpu_s - (lua_cpu[0] - lua0)
                 result.elapsed_s += elapsed
-                late = check_wall(elapsed, budget, self.margin_s)
+                result.resumes.append((outcome, elapsed, cpu_s, host_s,
+                                       run.reports_dropped_now))
+                late = check_wall(cpu_s if on_cpu else elapsed, budget, margin_s)
                 if late:
                     result.violations.append(late)
                 if outcome.status != "yielded" or i == MAX_RESUMES - 1:
@@ -661,6 +921,12 @@ def _diff(before: Any, after: Any) -> str:
 def _escaped(exc: BaseException, when: str) -> Violation:
     text = str(exc).splitlines()[0][:300] if str(exc) else ""
     return Violation("host-exception", f"{type(exc).__qualname__} while {when}: {text}")
+
+
+def _host_s(result: CaseResult) -> float:
+    """The host's work around a program's resumes, beyond their runs in Lua (CPU time of
+    the host's thread: see ``host-time``)."""
+    return sum(host_s for *_, host_s, _ in result.resumes)
 
 
 def _summary(outcome: Outcome) -> str:

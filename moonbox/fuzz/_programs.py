@@ -10,10 +10,14 @@ every label is fresh. A small share of programs is then broken on purpose
 (:func:`corrupt`); the fuzzer asks LuaJIT's own parser which programs it accepts, so the
 sandbox's verdict is checked against the parser's in both directions.
 
-Two more kinds of case go with the composed programs (:func:`fuzz_cases` mixes them in):
-*hostile sizes* (:func:`hostile_size_cases`), sources shaped to make a pass of the host
-superlinear, and *metering gaps* (:func:`metering_gap_cases`), programs that do much work
-per step unless the meter weighs all of it.
+More kinds of case go with the composed programs (:func:`fuzz_cases` mixes them in, see
+:data:`SPECIAL_CASES`): *hostile sizes* (:func:`hostile_size_cases`), sources shaped to make
+a pass of the host superlinear; *metering gaps* (:func:`metering_gap_cases`), programs that
+do much work per step unless the meter weighs all of it; *colliding keys*, tables whose
+number keys share one hash chain, handed to the host; *error values*, hostile values
+raised; *source sizes*, sources at the size limit; *report floods* across resumes; and
+*long operations*, single operations whose cost grows with their data. Each kind has the
+invariants that catch it (:mod:`moonbox.fuzz._invariants`).
 """
 
 from __future__ import annotations
@@ -28,10 +32,15 @@ from typing import Literal
 
 from hypothesis import strategies as st
 
+from ._invariants import COLLIDING_CALL, PLAIN_CALL, plain_twin
+
 __all__ = [
-    "FuzzCase", "HOSTILE_SOURCES", "METERING_GAPS", "PROFILES", "Profile", "Render",
-    "VALID_HOSTILE_SOURCES", "composed_cases", "corrupt", "fuzz_cases", "hostile_size_case",
-    "hostile_size_cases", "metering_gap_case", "metering_gap_cases", "programs",
+    "CASE_MIX", "COLLIDING_CALL", "COLLIDING_USES", "ERROR_VALUES", "FuzzCase",
+    "HOSTILE_SOURCES", "KINDS", "LONG_OPERATIONS", "METERING_GAPS", "PLAIN_CALL", "PROFILES",
+    "Profile", "RAISES", "Render", "SOURCE_SHAPES", "SPECIAL_CASES", "VALID_HOSTILE_SOURCES",
+    "colliding_keys_case", "composed_cases", "corrupt", "error_value_case", "fuzz_cases",
+    "hostile_size_case", "hostile_size_cases", "long_operation_case", "metering_gap_case",
+    "metering_gap_cases", "plain_twin", "programs", "report_flood_case", "source_size_case",
 ]
 
 Profile = Literal["steps", "time", "memory"]
@@ -640,11 +649,14 @@ class FuzzCase:
         source: the Lua source text.
         profile: ``steps``, ``time`` or ``memory`` (see :data:`PROFILES`).
         corruption: how the program was broken on purpose, or ``None`` for a valid one.
+        kind: which generator made it (one of :data:`KINDS`); the checker adds the
+            invariants of that kind to the ones every program keeps.
     """
 
     source: str
     profile: Profile
     corruption: str | None = None
+    kind: str = "composed"
 
 
 def composed_cases(max_depth: int = 3) -> st.SearchStrategy[FuzzCase]:
@@ -757,7 +769,7 @@ def hostile_size_case(rnd: random.Random) -> FuzzCase:
     family = rnd.choice(sorted(HOSTILE_SOURCES))
     size = _size(rnd, HOSTILE_SIZE_MAX // 8, HOSTILE_SIZE_MAX)
     broken = None if family in VALID_HOSTILE_SOURCES else f"hostile size: {family}"
-    return FuzzCase(HOSTILE_SOURCES[family](size), rnd.choice(PROFILES), broken)
+    return FuzzCase(HOSTILE_SOURCES[family](size), rnd.choice(PROFILES), broken, "hostile-size")
 
 
 def hostile_size_cases() -> st.SearchStrategy[FuzzCase]:
@@ -822,8 +834,8 @@ def metering_gap_case(rnd: random.Random) -> FuzzCase:
     shape = METERING_GAPS[rnd.choice(sorted(METERING_GAPS))]
     size = _size(rnd, METERING_GAP_MAX // 2, METERING_GAP_MAX)
     if rnd.random() < 3 / 4:
-        return FuzzCase(WARM_UP + shape(size), "time")
-    return FuzzCase(shape(size), rnd.choice(PROFILES))
+        return FuzzCase(WARM_UP + shape(size), "time", kind="metering-gap")
+    return FuzzCase(shape(size), rnd.choice(PROFILES), kind="metering-gap")
 
 
 def metering_gap_cases() -> st.SearchStrategy[FuzzCase]:
@@ -831,19 +843,331 @@ def metering_gap_cases() -> st.SearchStrategy[FuzzCase]:
     return st.integers(0, 2**64).map(lambda salt: metering_gap_case(random.Random(salt)))
 
 
+# -- colliding keys ---------------------------------------------------------------------------
+#
+# Tables whose number keys share one hash chain (colliding_keys.lua), handed to the host:
+# returned, yielded, nested, passed to the bindings, raised. A host walk that re-finds each
+# key along the chain is quadratic: with ~6,000 keys and the values' item limit (100,000
+# entries) filled with copies of the table, one resume's values cost the host ~5-9x what a
+# walk by slot costs. The checker runs each program's twin too, the same program with keys
+# that do not collide (PLAIN_CALL for COLLIDING_CALL), and compares the host's times
+# (`host-time`): both run under the same load, so the comparison holds on a busy machine.
+# Building the table costs the mod about one quadratic walk (~0.05 s), in one resume: the
+# inserts are charged like cheap ones (documented as not protected, docs/threat-model.md).
+
+COLLIDING_KEY_COUNTS = (5_000, 6_500)
+"""How many colliding keys a table gets, at least and at most."""
+VALUE_ITEMS = 100_000
+"""The item limit of values crossing to the host (``ValueLimits.max_items``)."""
+
+
+@cache
+def colliding_keys_lua() -> str:
+    """The Lua functions ``colliding_keys(count)`` and ``plain_keys(count)``
+    (``colliding_keys.lua``)."""
+    from importlib import resources
+
+    return resources.files("moonbox.fuzz").joinpath("colliding_keys.lua").read_text()
+
+
+COLLIDING_USES: dict[str, Callable[[int], str]] = {
+    "returned": lambda copies: "return " + ", ".join(["t"] * copies) + "\n",
+    "returned_nested": lambda copies: "return {" + ", ".join(["t"] * copies) + "}\n",
+    "returned_under_string_keys": lambda copies: "return {" + ", ".join(
+        f"k{i} = t" for i in range(copies)) + "}\n",
+    "yielded_each_resume": lambda copies: (
+        "coroutine.yield(" + ", ".join(["t"] * copies) + ")\n"
+        "coroutine.yield(" + ", ".join(["t"] * copies) + ")\n"
+        "return " + ", ".join(["t"] * copies) + "\n"),
+    "yielded_then_grown": lambda copies: (
+        "coroutine.yield(" + ", ".join(["t"] * copies) + ")\n"
+        "for i = 1, #keys do t[-keys[i] * 3] = i end\n"  # the negations of new keys: another chain
+        "return t\n"),
+    "mixed_with_array_part": lambda copies: (
+        "for i = 1, 1000 do t[i] = i end\n"
+        "return " + ", ".join(["t"] * max(1, copies - 1)) + "\n"),
+    "reported": lambda copies: "for i = 1, 3 do report(t) end\nreturn 1\n",
+    "printed_in_pcall": lambda copies: "for i = 1, 3 do pcall(print, t) end\nreturn 1\n",
+    "binding_argument_refused": lambda copies: (
+        "for i = 1, 3 do pcall(add, t, 1) end\nreturn select(2, pcall(add, 1, t))\n"),
+    "raised": lambda copies: "error(t)\n",
+    "raised_in_pcall_then_returned": lambda copies: (
+        "local ok, e = pcall(error, t)\nreturn " + ", ".join(["e"] * copies) + "\n"),
+    "as_values_not_keys": lambda copies: (
+        "local v = {}\nfor k in pairs(t) do v[#v + 1] = k end\n"
+        "return " + ", ".join(["t"] * max(1, copies // 2)) + ", v\n"),
+}
+"""What a colliding-keys program does with its table ``t`` (and its keys, ``keys``), given
+how many copies of the table fit under the item limit."""
+
+
+def colliding_keys_case(rnd: random.Random) -> FuzzCase:
+    """A table of colliding number keys, handed to the host in one of :data:`COLLIDING_USES`."""
+    use = rnd.choice(sorted(COLLIDING_USES))
+    count = rnd.randrange(*COLLIDING_KEY_COUNTS) // 2 * 2
+    copies = max(1, VALUE_ITEMS // (count + 1000) - 1)
+    source = (colliding_keys_lua()
+              + f"{COLLIDING_CALL}{count})\n"
+              + "local t = {}\n"
+              + "for i = 1, #keys do t[keys[i]] = i end\n"
+              + COLLIDING_USES[use](copies))
+    return FuzzCase(source, "time" if rnd.random() < 0.8 else "memory", kind="colliding-keys")
+
+
+# -- error values -----------------------------------------------------------------------------
+#
+# Errors raised with values the host must not trust: huge tables, huge strings, strings
+# just past the message limit, tables whose __tostring (or other metamethods) would record
+# that they ran, functions, coroutines, errors raised again through pcall, xpcall,
+# coroutines and levels. The host gets a message of at most 4 KiB (+ "...") whatever the
+# value, never runs a metamethod of the mod to make it (`error-value`: the flag
+# `metamethod_ran` stays nil), and stays alive. The programs never convert their error
+# values themselves, so a set flag can only be the host's doing.
+
+FLAGGED = ("setmetatable({}, {__tostring = function() metamethod_ran = 'tostring' "
+           "return 'from tostring' end, __index = function() metamethod_ran = 'index' end, "
+           "__len = function() metamethod_ran = 'len' return 1 end, "
+           "__concat = function() metamethod_ran = 'concat' return '' end, "
+           "__eq = function() metamethod_ran = 'eq' return true end, "
+           "__call = function() metamethod_ran = 'call' end, "
+           "__metatable = 'locked'})")
+"""A table each of whose metamethods records that it ran."""
+
+ERROR_VALUES: dict[str, Callable[[random.Random], str]] = {
+    "string_at_the_limit": lambda r: f"string.rep('e', {4096 + r.randint(-40, 40)})",
+    "huge_string": lambda r: f"string.rep('e', {r.choice((1 << 16, 1 << 20, 3 << 20))})",
+    "huge_multibyte_string": lambda r: f"string.rep('\\226\\156\\147', {r.randint(1365, 1 << 18)})",
+    "string_of_nul_and_high_bytes": lambda r: f"string.rep('\\0\\255', {r.randint(2000, 1 << 16)})",
+    "huge_table": lambda r: (f"(function() local t = {{}} for i = 1, {r.choice((1000, 95_000))} "
+                             "do t[i] = string.rep('x', 16) end return t end)()"),
+    "flagged_table": lambda r: FLAGGED,
+    "flagged_table_holding_a_huge_string": lambda r: (
+        f"(function() local t = {FLAGGED} rawset(t, 1, string.rep('x', 1048576)) return t end)()"),
+    "function": lambda r: r.choice(("print", "function() metamethod_ran = 'function' end")),
+    "coroutine": lambda r: "coroutine.create(function() metamethod_ran = 'coroutine' end)",
+    "number": lambda r: r.choice(("0/0", "1/0", "-0.0", "2^63", "1LL", "42")),
+    "boolean_or_nil": lambda r: r.choice(("true", "false", "nil")),
+}
+"""Values to raise: each maps a generator to a Lua expression."""
+
+RAISES: dict[str, Callable[[str, random.Random], str]] = {
+    "top_level": lambda v, r: f"error({v})\n",
+    "with_a_level": lambda v, r: (
+        f"local function f() error({v}, {r.choice((0, 1, 2, 3, 50))}) end\nf()\n"),
+    "assert": lambda v, r: f"assert(false, {v})\n",
+    "through_pcall": lambda v, r: f"local ok, e = pcall(error, {v})\nerror(e, 0)\n",
+    "nested_pcalls_with_levels": lambda v, r: (
+        "local function f(n)\n"
+        f"  if n == 0 then error({v}, {r.choice((1, 2))}) end\n"
+        "  local ok, e = pcall(f, n - 1)\n"
+        f"  error(e, {r.choice((0, 1, 2))})\n"
+        f"end\nf({r.randint(1, 40)})\n"),
+    "xpcall_handler_returns_it": lambda v, r: (
+        f"local ok, e = xpcall(function() error({v}) end, function(e) return e end)\n"
+        "error(e)\n"),
+    "xpcall_handler_raises_it": lambda v, r: (
+        f"xpcall(function() error('first') end, function() error({v}) end)\n"
+        "error('after the handler')\n"),
+    "from_a_coroutine": lambda v, r: (
+        f"local co = coroutine.create(function() error({v}) end)\n"
+        "local ok, e = coroutine.resume(co)\nerror(e)\n"),
+    "from_coroutine_wrap": lambda v, r: f"coroutine.wrap(function() error({v}) end)()\n",
+    "in_a_metamethod": lambda v, r: (
+        f"local o = setmetatable({{}}, {{__index = function() error({v}) end}})\n"
+        "local _ = o.x\n"),
+    "in_a_sort_comparator": lambda v, r: (
+        f"table.sort({{3, 1, 2}}, function() error({v}) end)\n"),
+    "in_a_gsub_callback": lambda v, r: f"string.gsub('abc', '.', function() error({v}) end)\n",
+    "after_a_yield": lambda v, r: f"coroutine.yield(1)\nerror({v})\n",
+    "returned_after_pcall": lambda v, r: f"local ok, e = pcall(error, {v})\nreturn ok, e\n",
+    "yielded_after_pcall": lambda v, r: (
+        f"local ok, e = pcall(error, {v})\ncoroutine.yield(e)\nreturn 1\n"),
+    "binding_refuses_it": lambda v, r: f"add({v}, 1)\n",
+    "binding_refusal_caught_then_raised": lambda v, r: (
+        f"local ok, e = pcall(add, 1, {v})\nerror(e, 0)\n"),
+}
+"""Ways to raise (or hand over) a value ``v``: each maps it to statements."""
+
+LONG_TOKEN_SYNTAX_ERRORS: dict[str, Callable[[int], str]] = {
+    # LuaJIT's message quotes the token it stopped at: the whole of a long one.
+    "unfinished_string": lambda n: 'x = "' + "a" * n + "\n",
+    "malformed_number": lambda n: "x = 1" + "2" * n + "z\n",
+    "unfinished_string_with_escapes": lambda n: 'x = "' + "\\065" * (n // 4) + "\n",
+}
+"""Sources refused as syntax errors whose message would quote a token of ``n`` bytes."""
+
+
+def error_value_case(rnd: random.Random) -> FuzzCase:
+    """A program that raises (or hands over) a hostile error value, or, one in forty, a
+    syntax error at a long token."""
+    if rnd.random() < 0.025:
+        shape = LONG_TOKEN_SYNTAX_ERRORS[rnd.choice(sorted(LONG_TOKEN_SYNTAX_ERRORS))]
+        return FuzzCase(shape(rnd.choice((5000, 100_000))), rnd.choice(PROFILES),
+                        "syntax error at a long token", "error-value")
+    value = ERROR_VALUES[rnd.choice(sorted(ERROR_VALUES))](rnd)
+    raise_ = RAISES[rnd.choice(sorted(RAISES))]
+    return FuzzCase(raise_(value, rnd), rnd.choice(("time", "time", "memory", "steps")),
+                    kind="error-value")
+
+
+# -- sources at the size limit -------------------------------------------------------------
+#
+# Sources just under, at and over MAX_SOURCE_BYTES (4 MiB), counted in UTF-8 bytes: a
+# comment, a long string, code made of few long tokens, multi-byte characters that put the
+# bytes over while the characters stay under. Over the limit is a SourceTooLarge with the
+# exact size (`source-limit`), at or under it never is; no crash, and the sandbox goes on.
+# Code of many small statements near the limit is left out: instrumenting and compiling
+# 4 MiB of it takes the host 10-16 s (linear, but past the fuzzer's hang deadline).
+
+
+def _source_limit() -> int:
+    from .._errors import MAX_SOURCE_BYTES
+
+    return MAX_SOURCE_BYTES
+
+
+def _fill_to(head: str, tail: str, filler: str, size: int) -> str:
+    """``head`` + filler + ``tail`` of exactly ``size`` UTF-8 bytes (the filler is repeated,
+    then padded with spaces, which are whitespace in code and text in comments and strings)."""
+    fixed = len((head + tail).encode("utf-8"))
+    unit = len(filler.encode("utf-8"))
+    count, pad = divmod(max(0, size - fixed), unit)
+    return head + filler * count + " " * pad + tail
+
+
+SOURCE_SHAPES: dict[str, Callable[[int], str]] = {
+    "comment": lambda n: _fill_to("--", "", "x", n),
+    "long_comment_then_code": lambda n: _fill_to("--[[", "]] return 1\n", "c", n),
+    "long_string": lambda n: _fill_to("return #[==[", "]==]\n", "s", n),
+    "multibyte_long_string": lambda n: _fill_to("return #[[", "]]\n", "\u00e9", n),
+    "multibyte_comment": lambda n: _fill_to("--", "\nreturn 1\n", "\u2713", n),
+    "code_of_long_lines": lambda n: _fill_to(
+        "local t = {}\n", "\nreturn #t\n",
+        't[#t + 1] = "' + "v" * 1000 + '"\n', n),
+}
+"""Shapes of big sources: each maps a size in UTF-8 bytes to a source of (about) that size."""
+
+SOURCE_SIZE_OFFSETS = (-4096, -2, -1, 0, 1, 2, 3, 4096, 1 << 20)
+"""Sizes around the limit, as offsets from it."""
+
+
+def source_size_case(rnd: random.Random) -> FuzzCase:
+    """A source just under, at or over the source size limit."""
+    size = _source_limit() + rnd.choice(SOURCE_SIZE_OFFSETS)
+    shape = rnd.choice(sorted(SOURCE_SHAPES))
+    return FuzzCase(SOURCE_SHAPES[shape](size), rnd.choice(("time", "steps")),
+                    kind="source-size")
+
+
+# -- report floods ---------------------------------------------------------------------------
+#
+# A program that reports (report, print, inside pcall and its own coroutines) many lines in
+# each of three resumes, and yields how many it sent. The caps apply per resume: every
+# resume keeps its first line ("resume <n>") and at most MAX_REPORTS lines, and each line
+# it sent is either kept or counted as dropped, with REPORTS_DROPPED last when any was
+# (`reports`).
+
+FLOOD_LINES: dict[str, str] = {
+    "report": "report('line ' .. i)",
+    "report_wide": "report(string.rep('w', 5000))",
+    "report_number": "report(i)",
+    "print": "print('p', i, nil)",
+    "pcall_report": "pcall(report, i)",
+    "report_in_a_coroutine": "coroutine.wrap(function() report(i) end)()",
+    "report_then_yield_inside": "coroutine.wrap(function() report(i) coroutine.yield() end)()",
+}
+"""One reported line, by statement (``i`` is its number)."""
+
+
+def report_flood_case(rnd: random.Random) -> FuzzCase:
+    """Three resumes of report floods, each of its own size and kind of line."""
+    parts = ["local function flood(resume, count, line)\n"
+             "  report('resume ' .. resume)\n"
+             "  for i = 2, count do line(i) end\n"
+             "  return count\n"
+             "end\n"]
+    for resume in (1, 2, 3):
+        count = rnd.choice((1, 10, 999, 1000, 1001, 1002, 1500, 5000, rnd.randint(1, 3000)))
+        line = FLOOD_LINES[rnd.choice(sorted(FLOOD_LINES))]
+        call = f"flood({resume}, {count}, function(i) {line} end)"
+        parts.append(f"coroutine.yield({call})\n" if resume < 3 else f"return {call}\n")
+    return FuzzCase("".join(parts), "time", kind="report-flood")
+
+
+# -- long single operations -----------------------------------------------------------------
+#
+# One VM instruction or library call whose cost grows with its data: a native sort of
+# 4,096 references to one long string (each comparison a full memcmp), comparisons of long
+# strings in straight-line code or in a loop after the meter's poll interval has grown,
+# table.maxn over a big hash part. Sized so that one operation (or a straight line of them,
+# which the meter charges like cheap lines) costs ~0.25-0.6 s here: whatever ends past its
+# wall budget and the stall margin is a time trip after the fact (`late-end`), and the
+# resume ends within the budget, the stall margin and the usual margin. Rare: they are slow.
+# (A loop of table.maxn over 20,000-50,000 hash nodes, after the warm-up, ran 2.4-3 s under a
+# 0.2 s budget; over 200,000 nodes, 72-120 s: see tests/sandbox/test_fuzz_found.py.)
+
+LONG_OPERATIONS: dict[str, Callable[[random.Random], str]] = {
+    "native_sort_of_one_long_string": lambda r: (
+        f"local s = string.rep('x', {r.randint(48, 112) << 10})\n"
+        "local t = {}\nfor i = 1, 4096 do t[i] = s end\n"
+        "table.sort(t)\nreturn #t\n"),
+    "native_sort_of_two_long_strings": lambda r: (
+        f"local a = string.rep('x', {r.randint(48, 112) << 10})\nlocal b = a .. 'y'\n"
+        "local t = {}\nfor i = 1, 4096 do t[i] = i % 2 == 0 and a or b end\n"
+        "table.sort(t)\nreturn #t\n"),
+    "straight_line_comparisons": lambda r: (
+        "local s = string.rep('x', 4194304)\nlocal x\n"
+        + "x = s < s\n" * r.randint(300, 600) + "return x\n"),
+    "straight_line_comparisons_after_warm_up": lambda r: (
+        WARM_UP + "local s = string.rep('x', 4194304)\nlocal x\n"
+        + "x = s <= s\n" * r.randint(300, 600) + "return x\n"),
+    "comparisons_in_a_loop_after_warm_up": lambda r: (
+        WARM_UP + f"local s = string.rep('x', {r.randint(1, 8) << 20})\nlocal x\n"
+        "for i = 1, 1e9 do x = s < s end\n"),
+    "maxn_in_a_loop_after_warm_up": lambda r: (
+        f"local h = {{}}\nfor i = 1, {r.randint(20, 50) * 1000} do h[i * 2 + 0.5] = i end\n"
+        + WARM_UP + "local x\nfor i = 1, 1e9 do x = table.maxn(h) end\n"),
+}
+"""Programs of long single operations: each maps a generator to a program."""
+
+
+def long_operation_case(rnd: random.Random) -> FuzzCase:
+    """A program of one of :data:`LONG_OPERATIONS`, under the ``time`` profile."""
+    make = LONG_OPERATIONS[rnd.choice(sorted(LONG_OPERATIONS))]
+    return FuzzCase(make(rnd), "time", kind="long-operation")
+
+
+SPECIAL_CASES: dict[str, Callable[[random.Random], FuzzCase]] = {
+    "hostile-size": hostile_size_case,
+    "metering-gap": metering_gap_case,
+    "colliding-keys": colliding_keys_case,
+    "error-value": error_value_case,
+    "source-size": source_size_case,
+    "report-flood": report_flood_case,
+    "long-operation": long_operation_case,
+}
+"""The kinds of case besides composed programs, each with its generator."""
+
+KINDS = ("composed", *SPECIAL_CASES)
+
+CASE_MIX = (*["composed"] * 60, *["hostile-size"] * 4, *["metering-gap"] * 4,
+            *["colliding-keys"] * 3, *["error-value"] * 5, "source-size",
+            *["report-flood"] * 2, "long-operation")
+"""Of 80 cases: 60 composed programs, and the special kinds (the slow ones rare)."""
+
+
 def fuzz_cases(max_depth: int = 3) -> st.SearchStrategy[FuzzCase]:
-    """Cases: mostly composed programs (:func:`composed_cases`), one in ten a hostile-size
-    source, one in ten a metering-gap program."""
+    """Cases: mostly composed programs (:func:`composed_cases`), the others of the kinds of
+    :data:`SPECIAL_CASES` in the proportions of :data:`CASE_MIX`."""
     # The special kinds come from a generator seeded with the whole draw: drawn by hypothesis
     # (which explores by changing a few choices at a time) the same source came back for
     # many draws in a row, and the first family of each list far more often than the others.
-    kind = st.sampled_from((*[0] * 8, 1, 2))
+    kind = st.sampled_from(CASE_MIX)
 
-    def pick(drawn: tuple[int, FuzzCase, int]) -> FuzzCase:
+    def pick(drawn: tuple[str, FuzzCase, int]) -> FuzzCase:
         which, composed, salt = drawn
-        if which == 0:
+        if which == "composed":
             return composed
-        rnd = random.Random(f"{salt}:{composed.source}")
-        return hostile_size_case(rnd) if which == 1 else metering_gap_case(rnd)
+        return SPECIAL_CASES[which](random.Random(f"{salt}:{composed.source}"))
 
     return st.tuples(kind, composed_cases(max_depth), st.integers(0, 2**32)).map(pick)

@@ -31,6 +31,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 
+from ..sandbox import STALL_MARGIN_S
 from ._invariants import (
     CHUNK,
     DEFAULT_MARGIN_S,
@@ -106,16 +107,18 @@ class Worker:
 
     def check(self, case: FuzzCase) -> dict[str, Any]:
         """Send one case; the worker's answer (violations, status, elapsed_s, rss_bytes)."""
-        request = json.dumps({"source": case.source, "profile": case.profile}) + "\n"
+        request = json.dumps({"source": case.source, "profile": case.profile,
+                              "kind": case.kind}) + "\n"
         try:
             assert self.process.stdin is not None
             self.process.stdin.write(request.encode("utf-8", "surrogateescape"))
             self.process.stdin.flush()
         except (BrokenPipeError, OSError):
             raise WorkerDied(self._death("before the program was sent")) from None
-        timeout = MAX_RESUMES * (self.wall_s + self.margin_s) + HANG_SLACK_S
+        margin_s = self.margin_s + STALL_MARGIN_S  # a long operation's resume may end later
+        timeout = MAX_RESUMES * (self.wall_s + margin_s) + HANG_SLACK_S
         if self.isolate:  # the program runs twice, and an isolated worker may start again
-            timeout += MAX_RESUMES * (self.wall_s + self.margin_s + ISOLATED_KILL_AFTER_S) \
+            timeout += MAX_RESUMES * (self.wall_s + margin_s + ISOLATED_KILL_AFTER_S) \
                 + STARTUP_TIMEOUT_S
         answer = self._answer(timeout, "running the program")
         self.rss_bytes = answer["rss_bytes"]
@@ -207,6 +210,7 @@ class Failure:
             "example": self.index,
             "profile": self.case.profile,
             "corruption": self.case.corruption,
+            "kind": self.case.kind,
             "violations": [v.to_dict() for v in self.violations],
             "reproducer": str(self.path) if self.path else None,
         }
@@ -222,6 +226,7 @@ class FuzzReport:
     examples: int = 0
     failures: list[Failure] = field(default_factory=list)
     statuses: Counter[str] = field(default_factory=Counter)
+    kinds: Counter[str] = field(default_factory=Counter)
     elapsed_s: float = 0.0
     program_s: float = 0.0
     workers: int = 0
@@ -241,6 +246,7 @@ class FuzzReport:
             "examples": self.examples,
             "failures": [f.to_dict() for f in self.failures],
             "statuses": dict(sorted(self.statuses.items())),
+            "kinds": dict(sorted(self.kinds.items())),
             "elapsed_s": round(self.elapsed_s, 3),
             "program_s": round(self.program_s, 3),
             "workers": self.workers,
@@ -283,6 +289,7 @@ def fuzz(
     def one(case: FuzzCase) -> None:
         index = report.examples
         report.examples += 1
+        report.kinds[case.kind] += 1
         violations: list[Violation] = []
         w = worker()
         try:
@@ -354,7 +361,8 @@ def write_reproducer(out_dir: Path, failure: Failure, *, seed: int, jit: bool,
     mode = ("jit" if jit else "no-jit (count hook)") + (", isolated" if isolate else "")
     lines = [
         "-- moonbox fuzz reproducer",
-        f"-- seed {seed}, example {failure.index}, mode {mode}, chunk {CHUNK}",
+        f"-- seed {seed}, example {failure.index}, mode {mode}, chunk {CHUNK}, "
+        f"kind {failure.case.kind}",
         f"-- budget ({failure.case.profile}): steps={budget.steps} "
         f"alloc_bytes={budget.alloc_bytes} wall_s={budget.wall_s} "
         f"max_memory={budget.max_memory}",

@@ -2,10 +2,9 @@
 
 Started by :class:`moonbox.fuzz._runner.Worker` as ``python -m moonbox.fuzz._worker``
 (``--isolate``: each program also runs through an isolated sandbox, whose worker process is
-this one's child). It
-reads one JSON request per line on stdin (``{"source": ..., "profile": ...}``) and writes one
-JSON answer per line (``{"violations": [...], "status": ..., "elapsed_s": ...,
-"rss_bytes": ...}``). A crash of the VM kills only this process; the driver sees the pipe
+this one's child). It reads one JSON request per line on stdin (``{"source": ...,
+"profile": ..., "kind": ...}``) and writes one JSON answer per line (``{"violations": [...],
+"status": ..., "elapsed_s": ..., "rss_bytes": ...}``). A crash of the VM kills only this process; the driver sees the pipe
 close and knows which program it had sent.
 
 The answers go to a copy of the original stdout; file descriptor 1 itself is pointed at
@@ -34,7 +33,8 @@ def serve(jit: bool, wall_s: float, margin_s: float, isolate: bool = False) -> N
     out.flush()
     for line in sys.stdin.buffer:
         request = json.loads(line)
-        result = checker.check(request["source"], request["profile"])
+        result = checker.check(request["source"], request["profile"],
+                               request.get("kind", "composed"))
         answer = {
             "violations": [v.to_dict() for v in result.violations],
             "status": result.status,

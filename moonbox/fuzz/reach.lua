@@ -63,6 +63,14 @@ local function label(k)
   return "[" .. type(k) .. "]"
 end
 
+-- A path one step longer, up to ~200 characters: past that it ends in "..." and stays as it
+-- is (a chain of a hundred thousand metatables made paths whose building was quadratic).
+local function extend(path, step)
+  if #path < 200 then return path .. step end
+  if path:sub(-3) == "..." then return path end
+  return path .. "..."
+end
+
 local function visit(value, path)
   if value == nil then return end
   local name = forbidden[value]
@@ -94,13 +102,14 @@ while head <= tail and visited < max_entries and #found < 20 do
   queue[head], paths[t] = nil, nil
   head = head + 1
   local mt = d_getmetatable(t)
-  if mt ~= nil then visit(mt, path .. "<metatable>") end
-  local k, v = next(t)
-  while k ~= nil and visited < max_entries do
+  if mt ~= nil then visit(mt, extend(path, "<metatable>")) end
+  -- A for loop over `next` walks the table by slot; `next(t, k)` called by hand re-finds each
+  -- key, along its whole chain when a table's number keys share one (quadratic).
+  for k, v in next, t do
+    if visited >= max_entries then break end
     visited = visited + 1
-    visit(k, path .. "<key>")
-    visit(v, #path < 200 and path .. "." .. label(k) or path .. "...")
-    k, v = next(t, k)
+    visit(k, extend(path, "<key>"))
+    visit(v, extend(path, "." .. label(k)))
   end
 end
 

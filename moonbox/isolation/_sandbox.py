@@ -36,10 +36,7 @@ from ..sandbox import (
     ValueLimits,
 )
 from ..sandbox._run import (  # the same caps as in process
-    MAX_REPORT_CHARS,
-    MAX_REPORTS,
-    MAX_REPORTS_TOTAL_CHARS,
-    REPORTS_DROPPED,
+    ReportLines,
     ReportsOfARun,
 )
 from ._process import WorkerCrashed, WorkerLost, WorkerProcess, WorkerStats
@@ -143,36 +140,6 @@ class RemoteFunction(FunctionHandle):
         return f"<RemoteFunction {self.where}{'' if self.valid else ' (invalid)'}>"
 
 
-class _Reports:
-    """Where host functions put ``report()`` lines while the host serves a call."""
-
-    __slots__ = ("reports", "reports_dropped", "reports_dropped_now", "_report_chars")
-
-    def __init__(self) -> None:
-        self.reports: list[str] = []
-        self.reports_dropped = 0
-        self.reports_dropped_now = 0
-        self._report_chars = 0
-
-    def _new_resume(self) -> None:
-        """The caps are per resume (as in process): a fresh allowance."""
-        if self.reports or self.reports_dropped_now:
-            self.reports.clear()
-            self._report_chars = self.reports_dropped_now = 0
-
-    def _add_report(self, text: str) -> None:
-        if len(self.reports) >= MAX_REPORTS or self._report_chars >= MAX_REPORTS_TOTAL_CHARS:
-            if not self.reports_dropped_now:
-                self.reports.append(REPORTS_DROPPED)
-            self.reports_dropped += 1
-            self.reports_dropped_now += 1
-            return
-        if len(text) > MAX_REPORT_CHARS:
-            text = text[: MAX_REPORT_CHARS - 3] + "..."
-        self.reports.append(text)
-        self._report_chars += len(text)
-
-
 class _Watch:
     """The watchdog's deadline for the request in flight, and the resume's own deadline
     that :class:`HostCall` reads (on the sandbox)."""
@@ -235,7 +202,7 @@ class _Watch:
             self.overdue = True
 
 
-class IsolatedRun(_Reports):
+class IsolatedRun(ReportLines):
     """A chunk running in a coroutine in the worker; each :meth:`resume` gets a fresh budget.
 
     Create with :meth:`IsolatedSandbox.start`. A run does not survive the loss of its worker:
@@ -756,7 +723,7 @@ class IsolatedSandbox:
             frame = ["run", self._id, None, source, chunk, list(args), max_resumes,
                      budget_frame]
         self._check_open()
-        reports = _Reports()
+        reports = ReportLines()
         # The worker begins each resume after the first with a tick frame: as many as that.
         return self._exchange(frame, budget or self.budget, name, reports, 0,
                               max(0, max_resumes - 1))
@@ -764,7 +731,7 @@ class IsolatedSandbox:
     def _budget_frame(self, budget: Budget) -> dict[str, Any] | None:
         return None if budget is self.budget or budget == self.budget else budget.model_dump()
 
-    def _exchange(self, frame: list[Any], budget: Budget, name: str, run: _Reports,
+    def _exchange(self, frame: list[Any], budget: Budget, name: str, run: ReportLines,
                   first_report: int, ticks: int = 0) -> Outcome:
         """Send a request that runs mod code, under the watchdog; an outcome either way.
         ``ticks``: the resumes past the first the request may begin (tick frames).
@@ -872,7 +839,7 @@ class IsolatedSandbox:
             self._remake = True
         return outcome
 
-    def _lost_outcome(self, lost: WorkerLost, budget: Budget, name: str, run: _Reports,
+    def _lost_outcome(self, lost: WorkerLost, budget: Budget, name: str, run: ReportLines,
                       first_report: int, wall_s: float) -> Outcome:
         reports = tuple(run.reports[first_report:])
         stats = Stats(0, 0, wall_s)

@@ -19,6 +19,7 @@ from ._errors import ModError
 from ._order import discover, grant, order_packages
 from ._package import ModPackage
 from ._require import preparer
+from ._withheld import withheld
 
 __all__ = ["arena_mods", "copy_arena_mods", "load_packages"]
 
@@ -78,6 +79,6 @@ def load_packages(game: Game, mods_dir: Path, *,
     for package in ordered:
         entry = package.manifest.entry
         game.load_mod(package.id, package.files[entry], chunk=package.chunk(entry),
-                      prepare=preparer(package),
+                      prepare=preparer(package, withheld(package, game.registry, policy)),
                       permissions=grant(package.manifest.permissions, policy, game.registry))
     return ordered

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -22,8 +23,9 @@ from ._manifest import MANIFEST_NAME, parse_manifest
 from ._order import discover, grant, order_packages
 from ._package import ModPackage
 from ._require import preparer
+from ._withheld import withheld
 
-__all__ = ["ACTIVE_KEY", "ModHost", "ModState", "ReloadResult"]
+__all__ = ["ACTIVE_KEY", "ModHost", "ModState", "ReloadResult", "describe", "source_line"]
 
 ACTIVE_KEY = "mods:active"
 """The data key in the versions store that lists the active mods and their file revisions."""
@@ -82,6 +84,8 @@ class ReloadResult:
         elapsed_s: read + dry run + swap, in seconds.
         unchanged: the folder held the live version already; nothing was done.
         removed: the mod's folder was deleted and the mod unloaded.
+        reports: what the new version's ``on_reload`` reported (``report()``,
+            ``print()``). What its main chunk reports goes in the game's next tick report.
     """
 
     mod: str
@@ -91,20 +95,30 @@ class ReloadResult:
     elapsed_s: float = 0.0
     unchanged: bool = False
     removed: bool = False
+    reports: tuple[str, ...] = ()
 
 
-def describe(error: BaseException, package: ModPackage | None) -> str:
-    """A sentence for a failed load: mod, file, line, message, and the source line."""
-    if isinstance(error, ModError):
-        return str(error)
-    text = str(error)
+def source_line(error: BaseException, package: ModPackage | None) -> str | None:
+    """The line of ``package`` a script error points at, as ``    12 | text``, if any."""
     if isinstance(error, ScriptError) and package is not None and error.chunk and error.line:
         prefix = f"@mods/{package.id}/"
         if error.chunk.startswith(prefix):
             source = package.files.get(error.chunk[len(prefix):])
             lines = source.splitlines() if source is not None else []
             if 0 < error.line <= len(lines):
-                text += f"\n    {error.line} | {lines[error.line - 1].strip()}"
+                return f"    {error.line} | {lines[error.line - 1].strip()}"
+    return None
+
+
+def describe(error: BaseException, package: ModPackage | None, where: str = "") -> str:
+    """A sentence for a failed load: mod, file, line, message (then ``where``, such as
+    ``(in on('tick'))``), and the source line."""
+    if isinstance(error, ModError):
+        return str(error)
+    text = str(error) + (f" {where}" if where else "")
+    line = source_line(error, package)
+    if line is not None:
+        text += "\n" + line
     mod = package.id if package is not None else "?"
     return f"mod {mod!r}: {text}"
 
@@ -141,6 +155,14 @@ class ModHost:
         store: where live versions are recorded (optional).
         label: how errors name the mods directory.
         author: the author recorded with each version.
+
+    Attributes:
+        mods: mod id -> :class:`ModState`, for every mod tried.
+        errors: the latest 50 problems, as sentences: refused loads and reloads, and what
+            the versions store could not record or restore.
+        on_result: called with each :class:`ReloadResult` as it is made.
+        on_error: called with ``(mod id or None, sentence)`` for each problem as it goes
+            in :attr:`errors`.
     """
 
     def __init__(
@@ -162,6 +184,7 @@ class ModHost:
         self.mods: dict[str, ModState] = {}
         self.errors: list[str] = []
         self.on_result: Callable[[ReloadResult], None] | None = None
+        self.on_error: Callable[[str | None, str], None] | None = None
         self._dry_pool: WorkerPool | None = None
         if store is not None and not store.data.registered(ACTIVE_KEY):
             store.data.register(ACTIVE_KEY, _Active, {"mods": []})
@@ -235,9 +258,14 @@ class ModHost:
             return self._refused(mod, str(exc), None, start)
         return self.apply(package, start=start)
 
-    def apply(self, package: ModPackage, *, start: float | None = None) -> ReloadResult:
+    def apply(self, package: ModPackage, *, start: float | None = None,
+              author: str | None = None, role: str = "modder",
+              trace_id: str | None = None) -> ReloadResult:
         """Load ``package``, or swap it in for the live version of its mod, if its dry run
         succeeds. A failure leaves the live version running.
+
+        ``author`` (default: the host's), ``role`` and ``trace_id`` are recorded with the
+        files of a version that goes live (the Programmer records its own this way).
 
         A package whose id is live from another folder (that still exists) is refused with
         a ``duplicate_mod`` error: a folder cannot take over another mod or its state.
@@ -269,11 +297,13 @@ class ModHost:
         error = self._dry_run(package, old_state)
         if error is not None:
             return self._refused(package.id, error, package, start)
-        error = self._swap(package, old_state)
+        error, reports = self._swap(package, old_state,
+                                    (author or self.author, role, trace_id))
         if error is not None:
             return self._refused(package.id, error, package, start)
         return self._emit(ReloadResult(package.id, True, package.version_hash,
-                                       elapsed_s=time.perf_counter() - start))
+                                       elapsed_s=time.perf_counter() - start,
+                                       reports=reports))
 
     # -- dry run and swap ----------------------------------------------------------------
 
@@ -284,28 +314,31 @@ class ModHost:
             return None
         return _plain_copy(mod.state)
 
-    def _load(self, game: Game, package: ModPackage, permissions: Permissions,
-              *, replacing: bool = False) -> Mod:
+    def _load(self, game: Game, package: ModPackage, *, replacing: bool = False) -> Mod:
         return game.load_mod(package.id, package.entry_source,
                              chunk=package.chunk(package.manifest.entry),
-                             permissions=permissions, prepare=preparer(package),
+                             permissions=self.permissions_for(package, game.registry),
+                             prepare=preparer(package, withheld(package, game.registry,
+                                                                self.policy)),
                              replacing=replacing)
 
-    def _carry(self, game: Game, mod: Mod, old_state: dict[str, Any] | None) -> str | None:
-        """Hand ``old_state`` to the new version: its per-mod state, then ``on_reload``."""
+    def _carry(self, game: Game, mod: Mod, old_state: dict[str, Any] | None,
+               ) -> tuple[str | None, tuple[str, ...]]:
+        """Hand ``old_state`` to the new version: its per-mod state, then ``on_reload``.
+        What went wrong (``None``: nothing), and what ``on_reload`` reported."""
         if old_state is None:
-            return None
+            return None, ()
         try:
             game.set_state(mod.id, old_state)
         except MoonboxError as exc:
-            return f"its state could not be carried: {exc}"
+            return f"its state could not be carried: {exc}", ()
         outcome = mod.sandbox.run(_ON_RELOAD, ON_RELOAD_CHUNK, args=(_plain_copy(old_state),),
                                   max_resumes=1)
         if outcome.error is not None:
-            return f"on_reload failed: {outcome.error}"
+            return f"on_reload failed: {outcome.error}", outcome.reports
         if outcome.status != "done":
-            return "on_reload waited or yielded; it must return at once"
-        return None
+            return "on_reload waited or yielded; it must return at once", outcome.reports
+        return None, outcome.reports
 
     def _dry_run(self, package: ModPackage, old_state: dict[str, Any] | None) -> str | None:
         """Compile and run the new version in a scratch game; ``None`` when it ran clean."""
@@ -324,28 +357,78 @@ class ModHost:
             for dep in self._dependencies(package):
                 dep_package = self.mods[dep].package
                 assert dep_package is not None
-                scratch.load_mod(dep, dep_package.entry_source,
-                                 chunk=dep_package.chunk(dep_package.manifest.entry),
-                                 permissions=self.permissions_for(dep_package, registry),
-                                 prepare=preparer(dep_package))
-            mod = self._load(scratch, package, self.permissions_for(package, registry))
+                self._load(scratch, dep_package)
+            mod = self._load(scratch, package)
             if mod.quarantine is not None:
                 failure = mod.quarantine.failure
                 return describe(failure.error, package) if failure else \
                     f"mod {package.id!r}: {mod.quarantine.reason}"
-            problem = self._carry(scratch, mod, old_state)
+            problem, _ = self._carry(scratch, mod, old_state)
             if problem is not None:
                 return f"mod {package.id!r}: {problem}"
             report = scratch.tick()
             for failure in report.failures:
                 if failure.mod == package.id:
-                    return describe(failure.error, package) + f" (in {failure.handler})"
+                    return describe(failure.error, package,
+                                    f"(in {failure.handler}, on the dry run's tick)")
             return None
         except MoonboxError as exc:
             return describe(exc, package)
         finally:
             scratch.close()
             registry.close()
+
+    @contextmanager
+    def fork(self) -> Iterator[Game]:
+        """A copy of the running game, to try things in: the whole game as of now (world,
+        every mod with its state, timers and tasks, the events in flight) restored from
+        :meth:`Game.snapshot` into a game of its own, with the live game's bindings but
+        not its world or engine (the fork has its own). Nothing done in it reaches the
+        live game. Closed when the ``with`` block ends.
+
+        Raises:
+            MoonboxError: the live game cannot be taken now (``busy`` during a tick) or
+                restored (see :meth:`Game.restore`).
+        """
+        live = self.game
+        registry = Registry(b for b in live.registry
+                            if b.group not in ("engine", "world") and b.name != "query")
+        w = live.world
+        fork = Game(World(w.prefabs, bound=w.bound, max_entities=w.max_entities),
+                    registry=registry, budget=live.budget, limits=live.limits, seed=live.seed,
+                    permissions=live.permissions, jit=live.jit, **self._scratch_isolation())
+        try:
+            fork.restore(live.snapshot(), prepare=self._preparation)
+            yield fork
+        finally:
+            fork.close()
+            registry.close()
+
+    def _preparation(self, mod_id: str) -> Callable[[Any], None] | None:
+        # As _load prepares a mod: its require, and what its permissions withhold.
+        state = self.mods.get(mod_id)
+        if state is None or not state.package:
+            return None
+        return preparer(state.package, withheld(state.package, self.game.registry,
+                                                self.policy))
+
+    def try_version(self, game: Game, package: ModPackage) -> tuple[Mod, str | None]:
+        """Swap ``package`` into ``game`` (a :meth:`fork`) as a reload swaps it into the
+        live game: the old version unloaded (its timers, handlers and tasks go with it),
+        the new one loaded at its place, the old state carried and ``on_reload`` called.
+        Returns the new mod and the problem, if loading or carrying failed."""
+        old_state = None
+        try:
+            old_state = _plain_copy(game.mod(package.id).state)
+        except MoonboxError:
+            pass
+        mod = self._load(game, package, replacing=old_state is not None)
+        if mod.quarantine is not None:
+            failure = mod.quarantine.failure
+            return mod, (describe(failure.error, package) if failure
+                         else f"mod {package.id!r}: {mod.quarantine.reason}")
+        problem, _reports = self._carry(game, mod, old_state)
+        return mod, (f"mod {package.id!r}: {problem}" if problem else None)
 
     def _dependencies(self, package: ModPackage) -> list[str]:
         """The live dependencies of ``package``, transitively, dependencies first."""
@@ -361,28 +444,31 @@ class ModHost:
         walk(package)
         return [d for d in seen if d != package.id]
 
-    def _swap(self, package: ModPackage, old_state: dict[str, Any] | None) -> str | None:
+    def _swap(self, package: ModPackage, old_state: dict[str, Any] | None,
+              who: tuple[str, str, str | None] | None = None,
+              ) -> tuple[str | None, tuple[str, ...]]:
+        """Swap ``package`` in; what went wrong (``None``: nothing), and what its
+        ``on_reload`` reported."""
         game = self.game
         state = self.mods.get(package.id)
         old_package = state.package if state is not None else None
-        mod = self._load(game, package, self.permissions_for(package),
-                         replacing=old_state is not None)
+        mod = self._load(game, package, replacing=old_state is not None)
         problem: str | None = None
+        reports: tuple[str, ...] = ()
         if mod.quarantine is not None:
             failure = mod.quarantine.failure
             problem = describe(failure.error, package) if failure else mod.quarantine.reason
         else:
-            carried = self._carry(game, mod, old_state)
+            carried, reports = self._carry(game, mod, old_state)
             problem = f"mod {package.id!r}: {carried}" if carried else None
         if problem is not None:
             # It ran in the dry run but not here: put the old version back.
             if old_package is not None:
-                back = self._load(game, old_package, self.permissions_for(old_package),
-                                  replacing=True)
+                back = self._load(game, old_package, replacing=True)
                 self._carry(game, back, old_state)
             else:
                 game.unload_mod(package.id)
-            return problem
+            return problem, reports
         if state is None:
             state = self.mods[package.id] = ModState(package.id)
         elif state.package is not None:
@@ -391,8 +477,8 @@ class ModHost:
         state.pending = None
         state.error = None
         state.status = self._status_of(package.id)
-        self._record(package)
-        return None
+        self._record(package, who)
+        return None, reports
 
     def _refused(self, mod_id: str, error: str, package: ModPackage | None,
                  start: float | None = None) -> ReloadResult:
@@ -402,8 +488,7 @@ class ModHost:
         state.error = error
         state.pending = package
         state.status = "failed_reload" if state.package is not None else "failed"
-        self.errors.append(error)
-        del self.errors[:-50]
+        self._error(mod_id, error)
         if package is not None:
             self._record_failure(package, error)
         elapsed = time.perf_counter() - start if start is not None else 0.0
@@ -420,8 +505,7 @@ class ModHost:
         for state in self.mods.values():
             if state.package is not None and state.package.root == package.root:
                 return self._refused(state.id, error, None, start)
-        self.errors.append(error)
-        del self.errors[:-50]
+        self._error(package.root.name, error)  # the folder's, as the result names it
         return self._emit(ReloadResult(package.root.name, False, package.version_hash, error,
                                        time.perf_counter() - start))
 
@@ -481,20 +565,28 @@ class ModHost:
         store = self.store
         return None if store is None or store.read_only else store
 
-    def _not_recorded(self, what: str, exc: StoreError) -> None:
-        self.errors.append(f"versions store: {what} was not recorded: {exc}")
+    def _error(self, mod_id: str | None, text: str) -> None:
+        """Keep a problem in :attr:`errors` (the latest 50) and pass it to ``on_error``."""
+        self.errors.append(text)
         del self.errors[:-50]
+        if self.on_error is not None:
+            self.on_error(mod_id, text)
 
-    def _record(self, package: ModPackage) -> None:
+    def _not_recorded(self, what: str, exc: StoreError) -> None:
+        self._error(None, f"versions store: {what} was not recorded: {exc}")
+
+    def _record(self, package: ModPackage, who: tuple[str, str, str | None] | None = None
+                ) -> None:
         try:
-            self._record_live(package)
+            self._record_live(package, who or (self.author, "modder", None))
         except StoreError as exc:  # the mod runs on; only its record is missing
             self._not_recorded(f"mod {package.id!r} {package.manifest.version}", exc)
 
-    def _record_live(self, package: ModPackage) -> None:
+    def _record_live(self, package: ModPackage, who: tuple[str, str, str | None]) -> None:
         store = self._recording()
         if store is None:
             return
+        author, role, trace_id = who
         files: dict[str, int] = {}
         for path, text in {MANIFEST_NAME: package.manifest_text, **package.files}.items():
             key = self._key(package.id, path)
@@ -502,7 +594,7 @@ class ModHost:
                 files[path] = store.scripts.current(key).rev
             else:
                 files[path] = store.scripts.record_success(
-                    key, text, author=self.author, role="modder").rev
+                    key, text, author=author, role=role, trace_id=trace_id).rev
         active = self._active()
         mods = [m for m in active.mods if m.id != package.id]
         mods.append(_ActiveMod(id=package.id, version=package.manifest.version,
@@ -583,8 +675,8 @@ class ModHost:
         try:
             active = self._active()
         except StoreError as exc:
-            self.errors.append(f"versions store: could not read the recorded versions to "
-                               f"restore them; loading what is on disk: {exc}")
+            self._error(None, "versions store: could not read the recorded versions to "
+                        f"restore them; loading what is on disk: {exc}")
             return []
         for entry in active.mods:
             try:

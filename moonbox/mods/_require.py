@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import resources
 
 from .._errors import ScriptError
 from ..sandbox import Sandbox
 from ._package import ModPackage
+from ._withheld import WITHHELD_CHUNK, WITHHELD_LUA
 
 __all__ = ["REQUIRE_CHUNK", "preparer"]
 
@@ -52,8 +53,11 @@ def _check(outcome: object, chunk: str) -> None:
         raise ScriptError("defining the module waited or yielded", chunk=chunk)
 
 
-def preparer(package: ModPackage) -> Callable[[Sandbox], None]:
-    """The ``prepare`` callable that gives a mod of ``package`` its ``require``.
+def preparer(package: ModPackage,
+             withheld: Mapping[str, str] | None = None) -> Callable[[Sandbox], None]:
+    """The ``prepare`` callable that gives a mod of ``package`` its ``require``, and
+    (with ``withheld``, name -> sentence, see :func:`~moonbox.mods._withheld.withheld`) a
+    Lua function under each name its permissions withhold that raises why.
 
     Raises (when called):
         ScriptError: a file of the package does not compile (kind ``syntax``, with its
@@ -70,7 +74,12 @@ def preparer(package: ModPackage) -> Callable[[Sandbox], None]:
         else:
             refused[path] = "a file name require cannot name (use a-z, 0-9, _, -, /, .)"
 
+    explained = dict(withheld or {})
+
     def prepare(sandbox: Sandbox) -> None:
+        if explained:
+            _check(sandbox.run(WITHHELD_LUA, WITHHELD_CHUNK, args=(explained,),
+                               max_resumes=1), WITHHELD_CHUNK)
         define = f"__mods_define_{secrets.token_hex(6)}"
         _check(sandbox.run(_REQUIRE, REQUIRE_CHUNK, args=(define, refused), max_resumes=1),
                REQUIRE_CHUNK)

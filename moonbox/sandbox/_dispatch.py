@@ -61,6 +61,19 @@ class HostCall:
             return math.inf
         return max(0.0, sb._deadline - sb._clock())
 
+    @property
+    def cancelled(self) -> bool:
+        """Whether the host no longer waits for this call's result: the resume's wall budget
+        is spent (the mod trips on time as soon as the call returns), or its runtime was
+        abandoned. A host function that works long checks it (or :meth:`time_left_s`) as it
+        goes and returns early; what it returns then reaches no one."""
+        sb = self.sandbox
+        if sb is None or sb.abandoned:
+            return True
+        if sb._running is None:
+            return False
+        return sb._clock() > sb._deadline
+
     def wait_left_s(self, max_total_s: float) -> float:
         """How long host work may still wait in this resume: what is left of the
         ``max_total_s`` it may exclude (see :meth:`excluded_time`) plus the time left."""

@@ -15,7 +15,8 @@ __all__ = ["ALLOWED_GLOBALS", "ALLOWED_LIBRARIES", "DENIED"]
 
 ALLOWED_GLOBALS: Mapping[str, str] = MappingProxyType({
     "assert": "raises on a false value; no side effects",
-    "error": "raises a Lua error; budget trips are sticky whatever it raises",
+    "error": "wrapped: places the error as LuaJIT does; budget trips are sticky whatever it "
+    "raises",
     "ipairs": "iterates a table's array part; each iteration passes a loop check",
     "next": "raw traversal of one table",
     "pairs": "traversal of one table; each iteration passes a loop check",
@@ -28,11 +29,12 @@ ALLOWED_GLOBALS: Mapping[str, str] = MappingProxyType({
     "select": "picks varargs",
     "setmetatable": "metatables on the mod's own tables; there is no __gc for tables",
     "getmetatable": "reads a table's metatable; the string metatable is hidden",
-    "tonumber": "parses a number",
+    "tonumber": "parses a number; charged for the string",
     "tostring": "formats a value; a __tostring runs as the mod's own code, metered",
     "type": "names a value's type",
     "unpack": "spreads a table into values",
-    "collectgarbage": "wrapped: only collectgarbage('count'); no GC tuning or stop",
+    "collectgarbage": "wrapped: only collectgarbage('count'), refused in deterministic mode "
+    "(the heap's size does not replay); no GC tuning or stop",
     "_VERSION": "a constant string",
 })
 
@@ -42,7 +44,10 @@ ALLOWED_LIBRARIES: Mapping[str, tuple[str, ...]] = MappingProxyType({
         "byte", "char", "find", "format", "gmatch", "gsub", "len", "lower", "match", "rep",
         "reverse", "sub", "upper",
     ),
-    "table": ("concat", "insert", "maxn", "remove", "sort"),
+    # foreach, foreachi and getn: kept by LuaJIT from Lua 5.0, still used by old code.
+    "table": (
+        "concat", "foreach", "foreachi", "getn", "insert", "maxn", "move", "remove", "sort",
+    ),
     "math": (
         "abs", "acos", "asin", "atan", "atan2", "ceil", "cos", "cosh", "deg", "exp", "floor",
         "fmod", "frexp", "huge", "ldexp", "log", "log10", "max", "min", "modf", "pi", "pow",
@@ -52,7 +57,7 @@ ALLOWED_LIBRARIES: Mapping[str, tuple[str, ...]] = MappingProxyType({
         "arshift", "band", "bnot", "bor", "bswap", "bxor", "lshift", "rol", "ror", "rshift",
         "tobit", "tohex",
     ),
-    "coroutine": ("create", "resume", "running", "status", "wrap", "yield"),
+    "coroutine": ("create", "isyieldable", "resume", "running", "status", "wrap", "yield"),
 })  # fmt: skip
 
 DENIED: Mapping[str, str] = MappingProxyType({

@@ -49,6 +49,7 @@ from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from ._parser_limits import check_parser_limits
 from ._tokenizer import Token, TokenKind, tokenize
 
 __all__ = [
@@ -300,6 +301,7 @@ def _plan_of(src: str) -> Plan:
     """
     src = _strip_header(src)
     tokens = tokenize(src)
+    check_parser_limits(tokens)
     count = len(tokens)
     NAME, KEYWORD, OP = TokenKind.NAME, TokenKind.KEYWORD, TokenKind.OP
     seg_limit = SEGMENT_TOKENS

@@ -31,6 +31,36 @@ REPORTS_DROPPED = (f"[moonbox: the report limit of this resume ({MAX_REPORTS} li
 _tuple_new = tuple.__new__
 
 
+class ReportLines:
+    """The report()/print() lines of a run's latest resume, under the caps of one resume
+    (in process, and as the host collects them for a worker's run)."""
+
+    __slots__ = ("reports", "reports_dropped", "reports_dropped_now", "_report_chars")
+
+    def __init__(self) -> None:
+        self.reports: list[str] = []
+        self.reports_dropped = 0  # over the run's life
+        self.reports_dropped_now = 0  # in its latest resume
+        self._report_chars = 0
+
+    def _new_resume(self) -> None:
+        """A fresh allowance: the caps are per resume."""
+        self.reports.clear()
+        self._report_chars = self.reports_dropped_now = 0
+
+    def _add_report(self, text: str) -> None:
+        if len(self.reports) >= MAX_REPORTS or self._report_chars >= MAX_REPORTS_TOTAL_CHARS:
+            if not self.reports_dropped_now:
+                self.reports.append(REPORTS_DROPPED)
+            self.reports_dropped += 1
+            self.reports_dropped_now += 1
+            return
+        if len(text) > MAX_REPORT_CHARS:
+            text = text[: MAX_REPORT_CHARS - 3] + "..."
+        self.reports.append(text)
+        self._report_chars += len(text)
+
+
 class ReportsOfARun:
     """The lines of a whole run, across its resumes, under the caps of one resume (what
     :meth:`Run.finish` and a sandbox's ``run`` return)."""
@@ -68,7 +98,7 @@ class Chunk:
     _generation: int = field(repr=False)
 
 
-class Run:
+class Run(ReportLines):
     """A chunk running in a coroutine. Each :meth:`resume` gets a fresh budget.
 
     Create with :meth:`Sandbox.start`; resume until :attr:`finished`.
@@ -76,9 +106,8 @@ class Run:
 
     # Slots: attribute access on the resume path is measurably cheaper.
     __slots__ = (
-        "sandbox", "chunk", "_id", "_generation", "status", "reports", "reports_dropped",
-        "reports_dropped_now",
-        "_report_chars", "_steps", "_peak", "_wall_s", "resumes", "_denials", "_open",
+        "sandbox", "chunk", "_id", "_generation", "status", "_steps", "_peak", "_wall_s",
+        "resumes", "_denials", "_open",
     )
 
     def __init__(self, sandbox: SandboxState, chunk: Chunk, run_id: int) -> None:
@@ -87,10 +116,7 @@ class Run:
         self._id = run_id
         self._generation = chunk._generation
         self.status: Status | Literal["new"] = "new"
-        self.reports: list[str] = []
-        self.reports_dropped = 0  # over the run's life
-        self.reports_dropped_now = 0  # in its latest resume
-        self._report_chars = 0
+        ReportLines.__init__(self)
         self._steps = 0
         self._peak = 0
         self._wall_s = 0.0
@@ -106,18 +132,6 @@ class Run:
     def stats(self) -> Stats:
         """What the run has spent over all its resumes (peak heap: the highest seen)."""
         return Stats(self._steps, self._peak, self._wall_s)
-
-    def _add_report(self, text: str) -> None:
-        if len(self.reports) >= MAX_REPORTS or self._report_chars >= MAX_REPORTS_TOTAL_CHARS:
-            if not self.reports_dropped_now:
-                self.reports.append(REPORTS_DROPPED)
-            self.reports_dropped += 1
-            self.reports_dropped_now += 1
-            return
-        if len(text) > MAX_REPORT_CHARS:
-            text = text[: MAX_REPORT_CHARS - 3] + "..."
-        self.reports.append(text)
-        self._report_chars += len(text)
 
     def resume(self, *args: Any, budget: Budget | None = None) -> Outcome:
         """Resume the run with a fresh budget (the sandbox's unless one is given).
@@ -158,9 +172,8 @@ class Run:
             sb._rt.set_max_memory(limit, True)
             sb._current_limit = limit
         reports = self.reports
-        if reports or self.reports_dropped_now:  # the caps are per resume
-            reports.clear()
-            self._report_chars = self.reports_dropped_now = 0
+        if reports or self.reports_dropped_now:
+            self._new_resume()
         first = 0
         sb._running = self
         # Callables held in slots are read, then called: a call straight on the attribute
@@ -237,9 +250,8 @@ class Run:
             if not growth_limited:
                 limit = cap
         sb._limit = limit
-        if self.reports or self.reports_dropped_now:  # the caps are per resume
-            self.reports.clear()
-            self._report_chars = self.reports_dropped_now = 0
+        if self.reports or self.reports_dropped_now:
+            self._new_resume()
         first = 0
         sb._running = self
         if sb._dropped:  # handles released since: free their functions first

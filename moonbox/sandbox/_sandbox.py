@@ -24,6 +24,7 @@ from ._instrument import ReservedNameError, instrument
 from ._lua import lua
 from ._marshal import ValueLimits, encode_text, table_pairs
 from ._outcome import Outcome
+from ._parser_limits import SourceLimitError
 from ._run import MAX_REPORT_CHARS as MAX_REPORT_CHARS
 from ._run import MAX_REPORTS as MAX_REPORTS
 from ._run import MAX_REPORTS_TOTAL_CHARS as MAX_REPORTS_TOTAL_CHARS
@@ -292,6 +293,8 @@ class Sandbox:
             inst = instrument(text, cell=self._cell_name, slow=self._slow_name)
         except ReservedNameError as exc:
             raise self._syntax(str(exc).split(": ", 1)[1], chunk, exc.line) from None
+        except SourceLimitError as exc:  # never handed to the parser
+            raise self._syntax(exc.message, chunk, exc.line) from None
         except (LuaTokenError, ValueError):
             inst = None  # let LuaJIT's own parser name the syntax error
         if inst is not None and self.jit:
@@ -356,6 +359,9 @@ class Sandbox:
 
     @staticmethod
     def _syntax(message: str, chunk: str, line: int | None) -> ScriptError:
+        # LuaJIT quotes the token it stopped at, all of it: bounded as runtime errors are.
+        if len(message) > MAX_MESSAGE_BYTES:
+            message = message[:MAX_MESSAGE_BYTES] + "..."
         return ScriptError(message, chunk=chunk, line=line, kind="syntax")
 
     # -- running -------------------------------------------------------------------------

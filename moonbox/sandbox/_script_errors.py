@@ -22,6 +22,10 @@ _REPLACE_ABOVE = 0.75
 # "chunk:line: message", as Lua positions an error.
 POSITION = re.compile(r"^(.*?):(\d+): (.*)$", re.DOTALL)
 
+# The position a frame of the prelude gives an error it was in (only a stack overflow
+# ever is): the host's chunk and line, which a mod never sees.
+_PRELUDE_POSITION = re.compile(r"^\[moonbox prelude\]:\d+: ", re.DOTALL)
+
 
 def short_chunk(chunk: str) -> str:
     """A chunk name as Lua shows it in positions: ``@mods/a.lua`` as ``mods/a.lua``."""
@@ -114,7 +118,8 @@ def frames_of(table: Any) -> tuple[Frame, ...]:
 
 def runtime_error(message: str, frames: tuple[Frame, ...], chunk: str) -> ScriptError:
     """A runtime error, placed at the position its message names when that is the mod's,
-    else at its innermost frame."""
+    else at its innermost frame (the prelude's own position is dropped)."""
+    message = _PRELUDE_POSITION.sub("", message, count=1)
     m = POSITION.match(message)
     if m:
         where = m.group(1)

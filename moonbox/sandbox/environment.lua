@@ -14,6 +14,25 @@ local wrapped_lib = { coroutine = {}, string = {}, table = {} }
 
 local string_mt = getmetatable("")
 
+-- Functions that are one stack level each where a mod sees them, however many frames of
+-- the prelude and C calls they run through (protected.lua counts levels with it): the
+-- library functions that call back into Lua, each by the frame that stands for it while
+-- it does (the one it tail-calls, when it hands its frame on). The value is the position
+-- LuaJIT gives that level: "" for a C function (LuaJIT's own Lua-written builtins show
+-- "[builtin:name]:0: ").
+local library_frames = {}
+
+-- The LuaJIT builtin each function of the prelude given to a mod stands for: tostring
+-- shows the builtin's own text for it ("function: builtin#29"), which holds no address;
+-- and that text for the functions made per call (a coroutine.wrap function, a gmatch
+-- iterator).
+local real_of = {}
+local builtin_text = setmetatable({}, { __mode = "k" })
+local BUILTIN_PREFIX = "function: builtin#"
+
+-- print's text for one value (guards.lua).
+local print_text
+
 -- Parses the allowlist the host sends as text: "name name lib:field,field ...".
 local function parse_spec(spec)
   local globals = {}
@@ -57,9 +76,11 @@ local function make_env(globals, host_functions)
     env.print = function(...)
       local n = select("#", ...)
       local parts = {}
-      for i = 1, n do parts[i] = tostring_((select(i, ...))) end
+      for i = 1, n do parts[i] = print_text(tostring_, (select(i, ...))) end
       return report(concat(parts, "\t"))
     end
+    library_frames[env.print] = ""
+    real_of[env.print] = real._G.print
   else
     env.print = nil
   end
@@ -76,3 +97,7 @@ end
 function host.make_env(spec, host_functions)
   return make_env(parse_spec(spec), host_functions)
 end
+
+-- Both run once per runtime: compiling their loops would cost more than it saves.
+jit.off(parse_spec)
+jit.off(make_env)

@@ -6,29 +6,25 @@
 -- Guarded library functions. A library call is one C call no check can interrupt, so each
 -- one whose work grows with its input is charged for that work: before it runs when the
 -- input tells (string.rep, table.sort, unpack...), right after when only the result does
--- (string.format, table.concat...). A call that would outrun the step budget trips before
--- it starts, and the clock is polled in proportion to the work done. One step is about 64
+-- (table.concat, string.gsub). A call that would outrun the step budget trips before it
+-- starts, and the clock is polled in proportion to the work done. One step is about 64
 -- bytes or 64 values copied, or 4 comparisons. docs/guards.md lists every guard.
+--
+-- A guard behaves as the native function does, errors included (docs/conformance.md):
+-- it takes its arguments as `...`, so a missing argument is "no value", not nil, and it
+-- hands its arguments to the native by a tail call, so a native's error names the
+-- function as the mod's call site does and is placed at the mod's line. A guard that
+-- charges after the call runs the native under pcall instead, and places the native's
+-- own errors at its caller, as LuaJIT places them.
 -------------------------------------------------------------------------------------------
 local WORK_PER_STEP = config.work_per_step
 local COMPARISONS_PER_STEP = config.comparisons_per_step
-local s_rep, s_find, s_upper, s_lower, s_reverse = string.rep, string.find, string.upper,
-  string.lower, string.reverse
-local s_char = string.char
-local t_sort, t_insert, t_remove = table.sort, table.insert, table.remove
-local unpack_, log = unpack, math.log
-local d_getmetatable, rawget_ = debug.getmetatable, rawget
+local unpack_, rawget_, d_getmetatable = unpack, rawget, debug.getmetatable
+local t_sort = table.sort
 
 -- Charges `n` units of copying work (bytes or values).
 local function charge_work(n)
   if n >= WORK_PER_STEP then charge(floor(n / WORK_PER_STEP)) end
-end
-
--- Charges for a string result after the call that built it. (One result only: returning
--- `r, ...` is not compiled, and would push every caller's loop out of the JIT.)
-local function charged(r)
-  if type(r) == "string" then charge_work(#r) end
-  return r
 end
 
 -- The length a value has once a string function coerces it (numbers: a short string).
@@ -39,34 +35,59 @@ local function coerced_len(v)
   return 0
 end
 
-function wrapped_lib.string.rep(s, n, sep)
-  local count = tonumber(n)
-  if count and count > 0 then charge_work((coerced_len(s) + coerced_len(sep)) * count) end
-  return s_rep(s, n, sep)
+-- Whether a native would take `v` as an optional integer argument (nil, a number or a
+-- numeric string); anything else is its argument error.
+local function int_arg(v)
+  local tv = type(v)
+  return tv == "nil" or tv == "number" or (tv == "string" and tonumber(v) ~= nil)
 end
 
-function wrapped_lib.string.upper(s, ...)
-  charge_work(coerced_len(s))
-  return s_upper(s, ...)
+-- A native's own error, caught by the pcall that ran it (so without a position), raised
+-- again at the position LuaJIT gives it: the caller of the guard, which is at stack level
+-- `level` of the function calling this. An out-of-memory error stays as it is.
+local function native_failed(err, level)
+  if type(err) == "string" and not is_memory_error(err) then
+    err = caller_where(level + 1) .. err
+  end
+  error(err, 0)
 end
 
-function wrapped_lib.string.lower(s, ...)
-  charge_work(coerced_len(s))
-  return s_lower(s, ...)
-end
+do
+  local s_rep, s_upper, s_lower, s_reverse, s_char = string.rep, string.upper,
+    string.lower, string.reverse, string.char
 
-function wrapped_lib.string.reverse(s, ...)
-  charge_work(coerced_len(s))
-  return s_reverse(s, ...)
-end
+  -- The count as LuaJIT reads it: an int32, every count out of that range being its
+  -- lowest (an empty result); a separator that is not a string is its argument error.
+  function wrapped_lib.string.rep(...)
+    local s, n, sep = ...
+    local count = tonumber(n)
+    local ts = type(sep)
+    if count and count >= 1 and count < 2 ^ 31 and (sep == nil or ts == "string" or ts == "number")
+    then
+      charge_work((coerced_len(s) + coerced_len(sep)) * count)
+    end
+    return s_rep(...)
+  end
 
-function wrapped_lib.string.sub(s, i, j)
-  return charged(s_sub(s, i, j))
-end
+  function wrapped_lib.string.upper(...)
+    charge_work(coerced_len((...)))
+    return s_upper(...)
+  end
 
-function wrapped_lib.string.char(...)
-  charge_work(select("#", ...))
-  return s_char(...)
+  function wrapped_lib.string.lower(...)
+    charge_work(coerced_len((...)))
+    return s_lower(...)
+  end
+
+  function wrapped_lib.string.reverse(...)
+    charge_work(coerced_len((...)))
+    return s_reverse(...)
+  end
+
+  function wrapped_lib.string.char(...)
+    charge_work(select("#", ...))
+    return s_char(...)
+  end
 end
 
 -- Where a string function's index lands, as the runtime clamps it, for an upper bound of
@@ -82,153 +103,257 @@ local function clamped_index(x, len, default, if_nan)
   return x
 end
 
-function wrapped_lib.string.byte(s, i, j)
+-- string.sub is charged for its result before it runs: the length its indices give.
+function wrapped_lib.string.sub(...)
+  local s, i, j = ...
+  if type(s) == "string" then
+    local len = #s
+    if len >= WORK_PER_STEP then
+      local first = clamped_index(i, len, 1, 1)
+      local last = j == nil and len or clamped_index(j, len, len, len)
+      if last - first >= WORK_PER_STEP then charge_work(last - first + 1) end
+    end
+  end
+  return s_sub(...)
+end
+
+function wrapped_lib.string.byte(...)
+  local s, i, j = ...
   local len = coerced_len(s)
   local first = clamped_index(i, len, 1, 1)
   local last = j == nil and (i == nil and 1 or first) or clamped_index(j, len, len, len)
   if last > first then charge_work(last - first) end
-  return s_byte(s, i, j)
+  return s_byte(...)
 end
 
-function wrapped.tonumber(v, ...)
+function wrapped.tonumber(...)
+  local v = ...
   if type(v) == "string" then charge_work(#v) end
-  return tonumber(v, ...)
+  return tonumber(...)
 end
 
-function wrapped.unpack(t, i, j)
+function wrapped.unpack(...)
+  local t, i, j = ...
   local first = tonumber(i) or 1
   local last = tonumber(j)
   if last == nil and type(t) == "table" then last = #t end
   if last and last > first then charge_work(last - first) end
-  return unpack_(t, i, j)
+  return unpack_(...)
 end
 
-function wrapped.select(n, ...)
+function wrapped.select(...)
   local count = select("#", ...)
-  if count >= WORK_PER_STEP then charge_work(count) end
-  return select(n, ...)
+  if count > WORK_PER_STEP then charge_work(count - 1) end
+  return select(...)
 end
 
-function wrapped_lib.table.concat(t, sep, i, j)
-  if type(t) == "table" then
+-- table.concat: the values it joins, charged before; the bytes of the result, after.
+do
+  local function concat_done(ok, r)
+    if not ok then native_failed(r, 2) end  -- tail-called: the guard's caller is at level 2
+    charge_work(#r)
+    return r
+  end
+
+  function wrapped_lib.table.concat(...)
+    local t, sep, i, j = ...
+    local ts = type(sep)
+    if type(t) ~= "table" or not (sep == nil or ts == "string" or ts == "number")
+      or not int_arg(i) or not int_arg(j) then
+      return concat(...)  -- the native's own argument error
+    end
     local first, last = tonumber(i) or 1, tonumber(j) or #t
     if last > first then charge_work(last - first) end
+    return concat_done(pcall(concat, ...))
   end
-  return charged(concat(t, sep, i, j))
 end
 
--- Inserting or removing at a position moves every value after it. A position the runtime
--- would turn into a huge count of moves (NaN, infinite, far below 1: it converts them to
--- the lowest integer) is refused.
-local MIN_POSITION = -2 ^ 20
+-- Inserting at a position moves every value after it. A position the runtime would turn
+-- into a huge count of moves (NaN, infinite, out of the int32 range, far below 1: it
+-- converts them to the lowest integer) is refused. Removing moves at most #t values:
+-- LuaJIT's table.remove moves nothing for a position outside 1..#t.
+do
+  local t_insert, t_remove, t_move = table.insert, table.remove, table.move
+  local MIN_POSITION = -2 ^ 20
 
-local function position(pos, fname)
-  local at = tonumber(pos)
-  if at == nil or not (at >= MIN_POSITION and at <= 2 ^ 31) then
-    raise_here("bad argument #2 to '" .. fname .. "' (position out of bounds)")
-  end
-  return at
-end
-
-function wrapped_lib.table.insert(t, ...)
-  if select("#", ...) >= 2 and type(t) == "table" then
-    charge_work(#t - position((...), "insert"))
-  end
-  return t_insert(t, ...)
-end
-
-function wrapped_lib.table.remove(t, pos)
-  if pos ~= nil and type(t) == "table" then
-    charge_work(#t - position(pos, "remove"))
-  end
-  return t_remove(t, pos)
-end
-
--- table.sort: up to SORT_NATIVE_MAX values the native sort runs, charged for n*log2(n)
--- comparisons first (milliseconds at most). A longer table is sorted here, in Lua, where
--- the comparisons are charged as they happen, so the time budget can stop it midway. Ties
--- may end in another order than the native sort's (neither is stable).
-local SORT_NATIVE_MAX = config.sort_native_max
-local SORT_INVALID = "invalid order function for sorting"
-local SORT_BATCH = 256  -- comparisons charged at once
-
-local function metered_sort(t, lt)
-  local ops = 0
-  local function less(a, b)
-    ops = ops + 1
-    if ops >= SORT_BATCH then
-      ops = 0
-      charge(SORT_BATCH / COMPARISONS_PER_STEP)
-    end
-    if lt then return lt(a, b) end
-    return a < b
-  end
-  local stack, top = { 1, #t }, 2
-  while top > 0 do
-    local lo, hi = stack[top - 1], stack[top]
-    top = top - 2
-    while hi - lo > 12 do
-      -- Median of three: t[lo] <= t[mid] <= t[hi] are then sentinels for the partition.
-      local mid = floor((lo + hi) / 2)
-      if less(t[hi], t[lo]) then t[lo], t[hi] = t[hi], t[lo] end
-      if less(t[mid], t[lo]) then
-        t[mid], t[lo] = t[lo], t[mid]
-      elseif less(t[hi], t[mid]) then
-        t[mid], t[hi] = t[hi], t[mid]
+  function wrapped_lib.table.insert(...)
+    if select("#", ...) == 3 then
+      local t, pos = ...
+      local at = tonumber(pos)
+      if type(t) == "table" and at ~= nil then
+        if not (at >= MIN_POSITION and at < 2 ^ 31) then
+          argument_error(1, 2, "position out of bounds")
+        end
+        charge_work(#t - at)
       end
-      local pivot = t[mid]
-      t[mid], t[hi - 1] = t[hi - 1], t[mid]
-      local i, j = lo, hi - 1
-      while true do
-        i = i + 1
-        while less(t[i], pivot) do
+    end
+    return t_insert(...)
+  end
+
+  function wrapped_lib.table.remove(...)
+    local t, pos = ...
+    local at = tonumber(pos)
+    if at ~= nil and type(t) == "table" then
+      local n = #t
+      if at >= 1 and at <= n then charge_work(n - at) end
+    end
+    return t_remove(...)
+  end
+
+  -- table.move(a1, f, e, t [,a2]) moves e - f + 1 values.
+  function wrapped_lib.table.move(...)
+    local _, f, e = ...
+    f, e = tonumber(f), tonumber(e)
+    if f and e and e >= f then charge_work(e - f + 1) end
+    return t_move(...)
+  end
+end
+
+-------------------------------------------------------------------------------------------
+-- table.sort. Up to SORT_NATIVE_MAX values with no comparator and no table among them,
+-- the native sort runs, charged for n*log2(n) comparisons first (milliseconds at most).
+-- Any other sort runs here, in Lua: LuaJIT's own quicksort, step for step (the same
+-- comparisons in the same order, so ties end where the native sort leaves them), charged
+-- per comparison as it goes, so the time budget can stop a long one midway. Its callbacks
+-- (the comparator, a __lt) are called from Lua: no C call nests, so a comparator that
+-- sorts again is bounded by the Lua stack.
+-------------------------------------------------------------------------------------------
+local charged_sort
+do
+  local SORT_NATIVE_MAX = config.sort_native_max
+  local SORT_INVALID = "invalid order function for sorting"
+  -- Comparisons charged at once: few enough that, under the count hook of jit=False, a
+  -- charge comes soon after the hook finds the window spent inside the prelude (the hook
+  -- then fires at every instruction until one does).
+  local SORT_BATCH = 64
+  local rawset_, rawequal_, log, min = rawset, rawequal, math.log, math.min
+
+  -- `a < b` as the native sort compares values without a comparator, its errors worded
+  -- as LuaJIT's, raised from a C function (so with no position).
+  local function natural_less(a, b)
+    local ta, tb = type(a), type(b)
+    if ta == tb then
+      if ta == "number" or ta == "string" then return a < b end
+      if ta == "table" then
+        local ma, mb = d_getmetatable(a), d_getmetatable(b)
+        local lt = ma and rawget_(ma, "__lt")
+        if lt ~= nil and mb and rawequal_(lt, rawget_(mb, "__lt")) then return a < b end
+      end
+      error("attempt to compare two " .. ta .. " values", 0)
+    end
+    error("attempt to compare " .. ta .. " with " .. tb, 0)
+  end
+
+  -- Sorts t[1..n] with `less` (nil: `<`, for values all numbers or all strings), as the
+  -- native sort does; tail-called by the guard, so its caller is the mod's.
+  local function lua_sort(t, n, less)
+    local ops = 0
+    local function lt(a, b)
+      ops = ops + 1
+      if ops >= SORT_BATCH then
+        ops = 0
+        charge(SORT_BATCH / COMPARISONS_PER_STEP)
+      end
+      if less then return less(a, b) end
+      return a < b
+    end
+    local stack, top = {}, 0
+    local l, u = 1, n
+    while true do
+      while l < u do
+        -- Order t[l], t[mid] and t[u]: the median becomes the pivot.
+        local a, b = rawget_(t, l), rawget_(t, u)
+        if lt(b, a) then rawset_(t, l, b) rawset_(t, u, a) end
+        if u - l == 1 then break end
+        local i = floor((l + u) / 2)
+        a, b = rawget_(t, i), rawget_(t, l)
+        if lt(a, b) then
+          rawset_(t, i, b) rawset_(t, l, a)
+        else
+          b = rawget_(t, u)
+          if lt(b, a) then rawset_(t, i, b) rawset_(t, u, a) end
+        end
+        if u - l == 2 then break end
+        local p = rawget_(t, i)
+        rawset_(t, i, rawget_(t, u - 1))
+        rawset_(t, u - 1, p)
+        -- Partition t[l+1..u-2] around p.
+        local j = u - 1
+        i = l
+        while true do
           i = i + 1
-          if i >= hi then raise_here(SORT_INVALID) end
-        end
-        j = j - 1
-        while less(pivot, t[j]) do
+          while lt(rawget_(t, i), p) do
+            if i >= u then raise_at_caller(SORT_INVALID, 1) end
+            i = i + 1
+          end
           j = j - 1
-          if j < lo then raise_here(SORT_INVALID) end
+          while lt(p, rawget_(t, j)) do
+            if j <= l then raise_at_caller(SORT_INVALID, 1) end
+            j = j - 1
+          end
+          if j < i then break end
+          a, b = rawget_(t, i), rawget_(t, j)
+          rawset_(t, i, b)
+          rawset_(t, j, a)
         end
-        if i >= j then break end
-        t[i], t[j] = t[j], t[i]
+        a, b = rawget_(t, u - 1), rawget_(t, i)
+        rawset_(t, u - 1, b)
+        rawset_(t, i, a)
+        -- The smaller side next (as the native sort recurses into it), the larger later.
+        if i - l < u - i then
+          stack[top + 1], stack[top + 2] = i + 1, u
+          u = i - 1
+        else
+          stack[top + 1], stack[top + 2] = l, i - 1
+          l = i + 1
+        end
+        top = top + 2
       end
-      t[hi - 1], t[i] = t[i], t[hi - 1]
-      -- Loop on the smaller side, keep the larger for later: the stack stays O(log n).
-      if i - lo < hi - i then
-        stack[top + 1], stack[top + 2] = i + 1, hi
-        hi = i - 1
-      else
-        stack[top + 1], stack[top + 2] = lo, i - 1
-        lo = i + 1
-      end
-      top = top + 2
-    end
-    for i = lo + 1, hi do  -- insertion sort of the short run left
-      local v = t[i]
-      local j = i - 1
-      while j >= lo and less(v, t[j]) do
-        t[j + 1] = t[j]
-        j = j - 1
-      end
-      t[j + 1] = v
+      if top == 0 then return end
+      l, u = stack[top - 1], stack[top]
+      top = top - 2
     end
   end
-end
 
--- The rule above, for n values of t: `native` sorts up to SORT_NATIVE_MAX, charged first.
-local function charged_sort(t, n, lt, native)
-  if n > SORT_NATIVE_MAX then return metered_sort(t, lt) end
-  if n > 1 then charge(floor(n * (log(n) / log(2) + 1) / COMPARISONS_PER_STEP) + 1) end
-  return native(t, lt)
-end
-
-local guarded_sort = depth_guarded(t_sort, "table.sort")
-function wrapped_lib.table.sort(t, lt)
-  if type(t) == "table" and (lt == nil or type(lt) == "function") then
-    return charged_sort(t, #t, lt, guarded_sort)
+  -- Sorts t[1..n] by the rule above; lt nil: the natural order, and `kind` tells what
+  -- t[1..n] holds: "number" or "string" (all of that type), "plain" (no table) or nil.
+  charged_sort = function(t, n, lt, kind)
+    if lt == nil and kind ~= nil and n <= SORT_NATIVE_MAX then
+      if n > 1 then charge(floor(n * (log(n) / log(2) + 1) / COMPARISONS_PER_STEP) + 1) end
+      return t_sort(t)
+    end
+    if lt == nil and kind ~= "number" and kind ~= "string" then lt = natural_less end
+    return lua_sort(t, n, lt)
   end
-  return guarded_sort(t, lt)
+  library_frames[lua_sort] = ""
+
+  -- What t[1..n] holds, as charged_sort takes it. The scan is charged as it goes, a step
+  -- per WORK_PER_STEP values (under the count hook, a charge is also where the meter
+  -- polls while the prelude runs).
+  local function kind_of(t, n)
+    local first = type(rawget_(t, 1))
+    local kind = (first == "number" or first == "string") and first or "plain"
+    for base = 1, n, WORK_PER_STEP do
+      charge(1)
+      for i = base, min(base + WORK_PER_STEP - 1, n) do
+        local tv = type(rawget_(t, i))
+        if tv ~= kind then
+          if tv == "table" then return nil end
+          kind = "plain"
+        end
+      end
+    end
+    return kind
+  end
+
+  function wrapped_lib.table.sort(...)
+    local t, lt = ...
+    if type(t) ~= "table" or (lt ~= nil and type(lt) ~= "function") then
+      return t_sort(...)  -- the native's own argument error
+    end
+    local n = #t
+    return charged_sort(t, n, lt, lt == nil and kind_of(t, n) or nil)
+  end
 end
 
 -------------------------------------------------------------------------------------------
@@ -237,126 +362,206 @@ end
 -- steps, where a pattern with k repeating items (* + - ? %b and back-references) on a
 -- subject of n bytes needs at most (n + 1)^(k + 1); that bound is charged. Any other call
 -- goes to the metered matcher of patterns.lua, which pays as it goes. A plain find with a
--- short needle stays native (memchr and memcmp), charged for its subject.
+-- short needle stays native (memchr and memcmp), charged for its subject. Arguments the
+-- native would refuse go to the native, which refuses them before it matches anything.
 -------------------------------------------------------------------------------------------
-local NATIVE_PATTERN_OPS = config.native_pattern_ops
-local PATTERN_OPS_PER_STEP = config.pattern_ops_per_step
-local PLAIN_NEEDLE_MAX = 32
--- Built on first use: most mods never need it, and building it costs a sandbox ~1 ms.
-local metered_lib = nil
-local function metered()
-  if metered_lib == nil then metered_lib = assert(load(patterns_code, nil, "b"))()(charge) end
-  return metered_lib
-end
-local s_match, s_gmatch, s_gsub = string.match, string.gmatch, string.gsub
-local guarded_gsub = depth_guarded(s_gsub, "string.gsub")
+do
+  local NATIVE_PATTERN_OPS = config.native_pattern_ops
+  local PATTERN_OPS_PER_STEP = config.pattern_ops_per_step
+  local PLAIN_NEEDLE_MAX = 32
+  local s_find, s_match, s_gmatch, s_gsub = string.find, string.match, string.gmatch,
+    string.gsub
+  local GMATCH_TEXT = tostring(s_gmatch("", ""))
+  -- Built on first use: most mods never need it, and building it costs a sandbox ~1 ms.
+  local metered_lib = nil
+  local function metered()
+    if metered_lib == nil then
+      metered_lib = assert(load(patterns_code, nil, "b"))()(charge)
+      for _, fn in next, metered_lib do library_frames[fn] = "" end
+    end
+    return metered_lib
+  end
 
--- Repeating items of each pattern seen (bounded, emptied when full); nil: not a string.
-local repeats_seen, repeats_seen_count = {}, 0
-local SPECIALS = "[%^%$%*%+%?%.%(%)%[%]%%%-]"
+  -- Repeating items of each pattern seen (bounded, emptied when full); nil: not a string.
+  local repeats_seen, repeats_seen_count = {}, 0
+  local SPECIALS = "[%^%$%*%+%?%.%(%)%[%]%%%-]"
 
-local function repeats(p)
-  local k = repeats_seen[p]
-  if k ~= nil then return k end
-  if type(p) ~= "string" then return nil end
-  k = 0
-  local i, len = 1, #p
-  while i <= len do
-    local c = s_byte(p, i)
-    if c == 37 then  -- %
-      local d = s_byte(p, i + 1)
-      if d == 98 then k = k + 1 i = i + 4        -- %bxy
+  local function repeats(p)
+    local k = repeats_seen[p]
+    if k ~= nil then return k end
+    if type(p) ~= "string" then return nil end
+    k = 0
+    local i, len = 1, #p
+    while i <= len do
+      local c = s_byte(p, i)
+      if c == 37 then  -- %
+        local d = s_byte(p, i + 1)
+        if d == 98 then k = k + 1 i = i + 4        -- %bxy
+        else
+          if d and d >= 49 and d <= 57 then k = k + 1 end  -- a back-reference
+          i = i + 2
+        end
+      elseif c == 91 then  -- a set: skip to its end ("]" first is a member)
+        i = i + 1
+        if s_byte(p, i) == 94 then i = i + 1 end
+        i = i + 1
+        while i <= len and s_byte(p, i) ~= 93 do
+          if s_byte(p, i) == 37 then i = i + 1 end
+          i = i + 1
+        end
+        i = i + 1
+      elseif c == 42 or c == 43 or c == 45 or c == 63 then  -- * + - ?
+        k = k + 1
+        i = i + 1
       else
-        if d and d >= 49 and d <= 57 then k = k + 1 end  -- a back-reference
-        i = i + 2
-      end
-    elseif c == 91 then  -- a set: skip to its end ("]" first is a member)
-      i = i + 1
-      if s_byte(p, i) == 94 then i = i + 1 end
-      i = i + 1
-      while i <= len and s_byte(p, i) ~= 93 do
-        if s_byte(p, i) == 37 then i = i + 1 end
         i = i + 1
       end
-      i = i + 1
-    elseif c == 42 or c == 43 or c == 45 or c == 63 then  -- * + - ?
-      k = k + 1
-      i = i + 1
-    else
-      i = i + 1
     end
+    if repeats_seen_count >= 256 then repeats_seen, repeats_seen_count = {}, 0 end
+    repeats_seen[p] = k
+    repeats_seen_count = repeats_seen_count + 1
+    return k
   end
-  if repeats_seen_count >= 256 then repeats_seen, repeats_seen_count = {}, 0 end
-  repeats_seen[p] = k
-  repeats_seen_count = repeats_seen_count + 1
-  return k
-end
 
--- The worst-case steps of the native matcher on this call, or nil when it must not run.
-local function native_cost(s, p)
-  local k = repeats(p)
-  if k == nil or (type(s) ~= "string" and type(s) ~= "number") then return 0 end  -- errors
-  local n = coerced_len(s) + 1
-  local ops = n
-  for _ = 1, k do
-    ops = ops * n
-    if ops > NATIVE_PATTERN_OPS then return nil end
+  -- The worst-case steps of the native matcher on this call, or nil when it must not run
+  -- (0: an argument the native refuses, or a pattern it cannot backtrack on).
+  local function native_cost(s, p)
+    local k = repeats(p)
+    if k == nil or (type(s) ~= "string" and type(s) ~= "number") then return 0 end
+    local n = coerced_len(s) + 1
+    local ops = n
+    for _ = 1, k do
+      ops = ops * n
+      if ops > NATIVE_PATTERN_OPS then return nil end
+    end
+    return ops
   end
-  return ops
-end
 
-local function charge_ops(ops)
-  if ops >= PATTERN_OPS_PER_STEP then charge(floor(ops / PATTERN_OPS_PER_STEP)) end
-end
-
-function wrapped_lib.string.find(s, p, init, plain)
-  if type(p) == "string" and (plain or not s_find(p, SPECIALS)) and #p <= PLAIN_NEEDLE_MAX then
-    charge_work(coerced_len(s))
-    return s_find(s, p, init, plain)
+  local function charge_ops(ops)
+    if ops >= PATTERN_OPS_PER_STEP then charge(floor(ops / PATTERN_OPS_PER_STEP)) end
   end
-  local ops = native_cost(s, p)
-  if ops == nil then return metered().find(s, p, init, plain) end
-  charge_ops(ops)
-  return s_find(s, p, init, plain)
-end
 
-function wrapped_lib.string.match(s, p, init)
-  local ops = native_cost(s, p)
-  if ops == nil then return metered().match(s, p, init) end
-  charge_ops(ops)
-  return s_match(s, p, init)
-end
-
--- Each call of a native gmatch iterator is one more match attempt: charged per call.
-function wrapped_lib.string.gmatch(s, p)
-  local ops = native_cost(s, p)
-  if ops == nil then return metered().gmatch(s, p) end
-  local step = s_gmatch(s, p)
-  return function()
+  function wrapped_lib.string.find(...)
+    local s, p, init, plain = ...
+    if type(p) == "string" and (plain or not s_find(p, SPECIALS)) and #p <= PLAIN_NEEDLE_MAX
+    then
+      charge_work(coerced_len(s))
+      return s_find(...)
+    end
+    if not int_arg(init) then return s_find(...) end  -- the native's own argument error
+    local ops = native_cost(s, p)
+    if ops == nil then return metered().find(...) end
     charge_ops(ops)
-    return step()
+    return s_find(...)
   end
-end
 
--- gsub's result can be far longer than its input: charged once built (the heap cap bounds
--- how long that can take).
-local function gsub_result(r, n)
-  if type(r) == "string" then charge_work(#r) end
-  return r, n
-end
+  function wrapped_lib.string.match(...)
+    local s, p, init = ...
+    if not int_arg(init) then return s_match(...) end  -- the native's own argument error
+    local ops = native_cost(s, p)
+    if ops == nil then return metered().match(...) end
+    charge_ops(ops)
+    return s_match(...)
+  end
 
-function wrapped_lib.string.gsub(s, p, ...)
-  local ops = native_cost(s, p)
-  if ops == nil then return gsub_result(metered().gsub(s, p, ...)) end
-  charge_ops(ops)
-  charge_work(coerced_len(s))
-  return gsub_result(guarded_gsub(s, p, ...))
+  -- Each call of a native gmatch iterator is one more match attempt: charged per call.
+  function wrapped_lib.string.gmatch(...)
+    local s, p = ...
+    local ts, tp = type(s), type(p)
+    if (ts ~= "string" and ts ~= "number") or (tp ~= "string" and tp ~= "number") then
+      return s_gmatch(...)  -- the native's own argument error
+    end
+    local ops = native_cost(s, p)
+    local iter
+    if ops == nil then
+      iter = metered().gmatch(s, p)
+    else
+      local step = s_gmatch(s, p)
+      iter = function()
+        charge_ops(ops)
+        return step()
+      end
+    end
+    builtin_text[iter] = GMATCH_TEXT
+    return iter
+  end
+
+  -- gsub. A replacement function, or a table with a metatable (its __index can run), is
+  -- a callback. The native gsub calls it from C, so it runs behind the nesting bound; the
+  -- native runs under xpcall, whose handler (which runs before the stack unwinds) tells an
+  -- error the native raised itself, placed at its caller, from one a callback raised,
+  -- which passes as it is. Callbacks of the metered gsub are called from Lua, and charged
+  -- for the bytes they return; the native gsub's whole result is charged once built (it
+  -- can be far longer than the subject).
+  local GSUB_TOO_DEEP = "string.gsub: calls nested too deeply through library functions "
+    .. "(more than " .. MAX_C_DEPTH .. " levels)"
+
+  local function charged_value(r)
+    if type(r) == "string" then charge_work(#r) end
+    return r
+  end
+
+  local function metered_callback(repl)
+    if type(repl) == "table" then
+      return function(c) return charged_value(repl[c]) end
+    end
+    return function(...) return charged_value((repl(...))) end
+  end
+
+  local raised_by_gsub = false
+  local function gsub_handler(err)
+    -- Allocates nothing for an out-of-memory error, which is never the native's own.
+    if not is_memory_error(err) then raised_by_gsub = getinfo(2, "f").func == s_gsub end
+    return err
+  end
+
+  local function gsub_done(ok, r, n)
+    if not ok then native_failed(r, 2) end  -- tail-called: the guard's caller is at level 2
+    if type(r) == "string" then charge_work(#r) end
+    return r, n
+  end
+
+  local function gsub_callback_done(ok, r, n)
+    c_depth = c_depth - 1
+    if not ok then
+      if not raised_by_gsub then error(r, 0) end  -- a callback's own error
+      raised_by_gsub = false
+      native_failed(r, 2)
+    end
+    if type(r) == "string" then charge_work(#r) end
+    return r, n
+  end
+
+  local REPLACEMENTS = { string = true, number = true, table = true, ["function"] = true }
+
+  function wrapped_lib.string.gsub(...)
+    local s, p, repl, max_n = ...
+    if not REPLACEMENTS[type(repl)] or not int_arg(max_n) then
+      return s_gsub(...)  -- the native's own argument error
+    end
+    local is_callback = type(repl) == "function"
+      or (type(repl) == "table" and d_getmetatable(repl) ~= nil)
+    local ops = native_cost(s, p)
+    if ops == nil then
+      if is_callback then repl = metered_callback(repl) end
+      return metered().gsub(s, p, repl, max_n)
+    end
+    charge_ops(ops)
+    charge_work(coerced_len(s))
+    if not is_callback then return gsub_done(pcall(s_gsub, ...)) end
+    if c_depth >= MAX_C_DEPTH then raise_here(GSUB_TOO_DEEP) end
+    c_depth = c_depth + 1
+    raised_by_gsub = false
+    return gsub_callback_done(xpcall(s_gsub, gsub_handler, ...))
+  end
 end
 
 -------------------------------------------------------------------------------------------
 -- No addresses: tostring of a table, function or coroutine, and string.format's %p and %s,
 -- show a stable id per sandbox ("table: 0x0000002a") instead of a heap address, so nothing
--- of the host's memory layout reaches a mod and output replays the same.
+-- of the host's memory layout reaches a mod and output replays the same. A library
+-- function shows what LuaJIT shows for it, "function: builtin#29", which holds no address
+-- (and tells code that looks for it that this is LuaJIT).
 -------------------------------------------------------------------------------------------
 local OBJECT = { table = true, ["function"] = true, thread = true, userdata = true }
 local object_ids = setmetatable({}, { __mode = "k" })
@@ -376,93 +581,170 @@ local function object_name(v)
   return s_format("%s: 0x%08x", type(v), object_id(v))
 end
 
--- tostring reaches Lua only through a table's __tostring: other values skip the depth
--- guard (it would double the cost of string-heavy code).
-local guarded_tostring = depth_guarded(tostring, "tostring")
-function wrapped.tostring(...)
-  if select("#", ...) == 0 then return tostring() end  -- the usual error
-  local v = ...
-  if not OBJECT[type(v)] then return tostring(v) end
-  local mt = d_getmetatable(v)
-  if type(mt) == "table" and rawget_(mt, "__tostring") ~= nil then
-    return guarded_tostring(v)
+-- What LuaJIT shows for `v`, an object with no __tostring, with ids for addresses: a
+-- builtin's text holds none (a function that stands for one shows the builtin's).
+local function plain_text(v)
+  if type(v) == "function" then
+    local text = builtin_text[v]
+    if text then return text end
+    text = tostring(real_of[v] or v)
+    if s_sub(text, 1, #BUILTIN_PREFIX) == BUILTIN_PREFIX then return text end
   end
   return object_name(v)
 end
 
-local PRIMITIVE = { number = true, string = true, boolean = true, ["nil"] = true }
-local guarded_format = depth_guarded(s_format, "string.format")
-
--- The slow path of string.format: an argument that is an object, or a format that may
--- hold %p. Rewrites %p to %s of the object's id and gives %s of an object our tostring.
-local function format_objects(fmt, ...)
-  local n = select("#", ...)
-  local args = { ... }
-  local i, k = 1, 0
-  while true do
-    local p = s_find(fmt, "%", i, true)
-    if p == nil then break end
-    if s_sub(fmt, p + 1, p + 1) == "%" then
-      i = p + 2
-    else
-      local c = s_find(fmt, "[^-+ #0-9.]", p + 1)
-      if c == nil then break end
-      k = k + 1
-      local conv, v = s_sub(fmt, c, c), args[k]
-      if conv == "p" then
-        fmt = s_sub(fmt, 1, c - 1) .. "s" .. s_sub(fmt, c + 1)
-        args[k] = OBJECT[type(v)] and s_format("0x%08x", object_id(v)) or "NULL"
-      elseif conv == "s" and OBJECT[type(v)] then
-        args[k] = wrapped.tostring(v)
-      end
-      i = c + 1
-    end
-  end
-  return guarded_format(fmt, unpack_(args, 1, n))
+-- A __tostring that Lua can call: a function, or a table whose __call is one.
+local function callable(f)
+  if type(f) == "function" then return true end
+  local mt = type(f) == "table" and d_getmetatable(f)
+  return mt and type(rawget_(mt, "__call")) == "function" or false
 end
 
--- Format strings known to hold no 'p' (so no %p): bounded, emptied when full.
-local formats_plain, formats_plain_count = {}, 0
-
-local function format_slow(fmt, ...)
-  if type(fmt) ~= "string" then return guarded_format(fmt, ...) end  -- the usual error
-  local plain = s_find(fmt, "p", 1, true) == nil
-  if plain then
-    if formats_plain_count >= 256 then formats_plain, formats_plain_count = {}, 0 end
-    formats_plain[fmt] = true
-    formats_plain_count = formats_plain_count + 1
-    for i = 1, select("#", ...) do
-      if not PRIMITIVE[type((select(i, ...)))] then plain = false break end
-    end
+-- tostring as LuaJIT's: a __tostring is called (here from Lua, so no C call nests) and
+-- its results are tostring's, whatever they are.
+function wrapped.tostring(...)
+  if select("#", ...) == 0 then return tostring() end  -- the native's own error
+  local v = ...
+  if not OBJECT[type(v)] then return tostring(v) end
+  local mt = d_getmetatable(v)
+  local ts = type(mt) == "table" and rawget_(mt, "__tostring")
+  if ts then
+    if callable(ts) then return ts(v) end
+    return tostring(v)  -- the native's own error: it calls what is not callable
   end
-  local r = plain and s_format(fmt, ...) or format_objects(fmt, ...)
-  charge_work(#r)
-  return r
+  return plain_text(v)
 end
 
--- string.format is charged before it runs, for the length of its format and arguments
--- (widths and precisions add at most 99 bytes a conversion), and called last: code after
--- a call the JIT cannot compile would push the caller's loop out of its trace.
-function wrapped_lib.string.format(fmt, ...)
-  if formats_plain[fmt] then
-    local bytes = #fmt
+-- print's text for one value (print calls this): tostring's, which must be a string or a
+-- number.
+local TOSTRING_FOR_PRINT = "'tostring' must return a string to 'print'"
+print_text = function(tostring_, v)
+  local s = tostring_(v)
+  local ts = type(s)
+  if ts == "string" then return s end
+  if ts == "number" then return tostring(s) end
+  raise_at_caller(TOSTRING_FOR_PRINT, 2)  -- print is at level 2
+end
+
+do
+  local s_find = string.find
+  local PRIMITIVE = { number = true, string = true, boolean = true, ["nil"] = true }
+
+  -- The text of an object for %s: a __tostring's result taken as %s takes a value, with
+  -- no second __tostring (LuaJIT's rule).
+  local function object_for_format(v)
+    local mt = d_getmetatable(v)
+    local ts = type(mt) == "table" and rawget_(mt, "__tostring")
+    if not ts then return plain_text(v) end
+    if not callable(ts) then error("attempt to call a " .. type(ts) .. " value", 0) end
+    local r = ts(v)
+    local tr = type(r)
+    if tr == "string" or tr == "number" then return r end
+    if OBJECT[tr] then return plain_text(r) end
+    return tostring(r)
+  end
+
+  -- The bytes string.format is charged for: its format and its string arguments (widths
+  -- and precisions add at most 99 bytes a conversion, numbers a few dozen).
+  local function format_bytes(...)
+    local bytes = 0
     for i = 1, select("#", ...) do
       local v = select(i, ...)
-      local tv = type(v)
-      if tv == "string" then
-        bytes = bytes + #v
-      elseif not PRIMITIVE[tv] then
-        return format_slow(fmt, ...)
+      if type(v) == "string" then bytes = bytes + #v end
+    end
+    return bytes
+  end
+
+  -- The slow path of string.format: an argument that is an object, or a format that may
+  -- hold %p. Rewrites %p to %s of the object's id and gives %s of an object its text.
+  -- No argument the native formats can then be an object with a __tostring: the native
+  -- never calls back into Lua.
+  local function format_objects(fmt, ...)
+    local n = select("#", ...)
+    local args = { ... }
+    local i, k = 1, 0
+    while true do
+      local p = s_find(fmt, "%", i, true)
+      if p == nil then break end
+      if s_sub(fmt, p + 1, p + 1) == "%" then
+        i = p + 2
+      else
+        local c = s_find(fmt, "[^-+ #0-9.]", p + 1)
+        if c == nil then break end
+        k = k + 1
+        local conv, v = s_sub(fmt, c, c), args[k]
+        if conv == "p" then
+          fmt = s_sub(fmt, 1, c - 1) .. "s" .. s_sub(fmt, c + 1)
+          args[k] = OBJECT[type(v)] and s_format("0x%08x", object_id(v)) or "NULL"
+        elseif (conv == "s" or conv == "q") and OBJECT[type(v)] then
+          -- LuaJIT shows an object under %q by its address too: the sandbox's id instead.
+          args[k] = object_for_format(v)
+        end
+        i = c + 1
       end
     end
-    if bytes >= WORK_PER_STEP then charge_work(bytes) end
-    return s_format(fmt, ...)
+    charge_work(#fmt + format_bytes(unpack_(args, 1, n)))
+    return s_format(fmt, unpack_(args, 1, n))
   end
-  return format_slow(fmt, ...)
+  library_frames[format_objects] = ""  -- string.format hands its frame to it
+
+  -- Format strings known to hold no 'p' (so no %p): bounded, emptied when full.
+  local formats_plain, formats_plain_count = {}, 0
+
+  local function format_slow(...)
+    local fmt = ...
+    if type(fmt) ~= "string" then return s_format(...) end  -- the native's own error
+    local plain = s_find(fmt, "p", 1, true) == nil
+    if plain then
+      if formats_plain_count >= 256 then formats_plain, formats_plain_count = {}, 0 end
+      formats_plain[fmt] = true
+      formats_plain_count = formats_plain_count + 1
+      for i = 2, select("#", ...) do
+        if not PRIMITIVE[type((select(i, ...)))] then plain = false break end
+      end
+    end
+    if not plain then return format_objects(...) end
+    charge_work(format_bytes(...))
+    return s_format(...)
+  end
+
+  -- string.format is charged before it runs, for the length of its format and arguments,
+  -- and called last: code after a call the JIT cannot compile would push the caller's
+  -- loop out of its trace.
+  function wrapped_lib.string.format(...)
+    local fmt = ...
+    if formats_plain[fmt] then
+      local bytes = 0
+      for i = 1, select("#", ...) do
+        local v = select(i, ...)
+        local tv = type(v)
+        if tv == "string" then
+          bytes = bytes + #v
+        elseif not PRIMITIVE[tv] then
+          return format_slow(...)
+        end
+      end
+      if bytes >= WORK_PER_STEP then charge_work(bytes) end
+      return s_format(...)
+    end
+    return format_slow(...)
+  end
 end
 
--- collectgarbage tells a mod its heap ("count") and nothing more: the collector is the host's.
-function wrapped.collectgarbage(opt)
-  if opt == "count" then return collectgarbage("count") end
-  error("collectgarbage: only \"count\" is available in a mod", 2)
+-- collectgarbage tells a mod its heap ("count") and nothing more: the collector is the
+-- host's. In deterministic mode not even that: the heap's size differs from run to run
+-- (the prelude's own allocations, the string hash seed, when the collector ran), so a
+-- figure a mod could read would make a seeded game diverge between runs.
+do
+  local GC_ONLY_COUNT = "collectgarbage: only \"count\" is available in a mod"
+  local GC_NOT_DETERMINISTIC = "collectgarbage: \"count\" is not available in deterministic "
+    .. "mode (the heap's size differs from run to run, so it would not replay)"
+  local deterministic = config.deterministic
+
+  function wrapped.collectgarbage(...)
+    local opt = ...
+    if opt ~= "count" then raise_at_caller(GC_ONLY_COUNT, 1) end
+    if deterministic then raise_at_caller(GC_NOT_DETERMINISTIC, 1) end
+    return collectgarbage("count")
+  end
 end

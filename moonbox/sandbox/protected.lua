@@ -1,34 +1,110 @@
 -- Part of the moonbox prelude (prelude.lua): the protected calls a mod can make (pcall,
--- xpcall, the coroutine functions), which re-raise a budget trip, and the bounded depth of
--- calls nested through library functions.
+-- xpcall, error and the coroutine functions), which re-raise a budget trip and place
+-- errors where LuaJIT places them, and the bounded depth of calls nested through C.
 
 -------------------------------------------------------------------------------------------
--- Protected calls.
+-- Positions. A mod sees the positions LuaJIT's own functions give, never the prelude's:
+-- a library function here may run through several frames of the prelude and C calls
+-- where LuaJIT has one C frame, and the prelude's chunk name and lines are the host's.
 -------------------------------------------------------------------------------------------
--- The re-raise behind every protected call a mod can make: once a budget tripped, no
--- pcall, xpcall or coroutine.resume returns to the mod.
-local function rethrow(ok, ...)
-  if not ok and not tripped and is_memory_error((...)) then
-    local limit, used = memory_trip_figures()
-    set_trip("memory", limit, used)
+-- "chunk:line: " of the frame at stack level `level` when it runs a mod's code, else "":
+-- where LuaJIT places an error a library function raises about its call (at its caller,
+-- nowhere when a C function called it).
+local function caller_where(level)
+  local info = getinfo(level + 1, "Sl")
+  if info and m_chunks[info.source] and info.currentline > 0 then
+    return info.short_src .. ":" .. info.currentline .. ": "
   end
-  if tripped then raise_trip() end
-  return ok, ...
+  return ""
 end
 
--- Nested calls through C. Library functions that call back into Lua (gsub callbacks, sort
--- comparators, __tostring, coroutine resumes) recurse on the C stack, where LuaJIT does not
--- always check depth: unchecked, a recursive gsub callback or nested coroutine resumes crash
--- the process. They share one bounded depth; passing it is one catchable error.
---
--- The depth is exact: every guarded call gives its level back on every way out (a normal
--- return, or an error it re-raises). It is never restored from a saved value: a coroutine
--- parked inside a pcall and resumed deeper would otherwise reset it and pass the bound.
-local MAX_C_DEPTH = config.max_c_depth
-local c_depth = 0
+-- The position `error(message, level)` gives in LuaJIT, counting from the frame at stack
+-- level `first` (level 1): a mod's frame is one level, and so is a library function with
+-- every frame of the prelude or of C it runs through, up to the frame of the function the
+-- mod called (library_frames: the functions a mod can call, and the natives they hand
+-- their frame to by a tail call).
+local function where_at(level, first)
+  local count, pending = 0, false
+  local lvl = first + 1
+  while true do
+    local info = getinfo(lvl, "Slf")
+    if info == nil then return "" end
+    if m_chunks[info.source] then
+      if pending then
+        count = count + 1
+        if count == level then return "" end
+        pending = false
+      end
+      count = count + 1
+      if count == level then
+        if info.currentline > 0 then return info.short_src .. ":" .. info.currentline .. ": " end
+        return ""
+      end
+    else
+      local where = library_frames[info.func]
+      if where ~= nil then
+        count = count + 1
+        if count == level then return where end
+        pending = false
+      else
+        pending = true
+      end
+    end
+    lvl = lvl + 1
+  end
+end
 
+-- error(message, level), placed as LuaJIT places it (the level as LuaJIT reads it: a
+-- number or a numeric string, truncated; anything else is its own argument error).
+function wrapped.error(...)
+  local message, level = ...
+  if level == nil then
+    level = 1
+  elseif type(level) ~= "number" then
+    level = tonumber(level)
+    if level == nil then return error(...) end  -- the native's argument error
+  end
+  if level >= 1 and level < 2 ^ 31 then
+    local tm = type(message)
+    if tm == "string" or tm == "number" then
+      if level < 2 then  -- the commonest: the caller's position, when it runs a mod's code
+        local info = getinfo(2, "Sl")
+        if info and m_chunks[info.source] and info.currentline > 0 then
+          return error(info.short_src .. ":" .. info.currentline .. ": " .. message, 0)
+        end
+        -- A C caller (pcall(error, m)) is a level with no position of its own, and so is
+        -- the library function it belongs to.
+        if info and info.what == "C" then return error("" .. message, 0) end
+      end
+      message = where_at(floor(level), 2) .. message
+    end
+  end
+  return error(message, 0)
+end
+
+-- Raises `message` about the call of the library function at stack level `level` (1:
+-- the function calling this), placed at its caller as LuaJIT places its own such errors.
+local function raise_at_caller(message, level)
+  error(caller_where(level + 2) .. message, 0)
+end
+
+-- A "bad argument" error about argument `narg` of the library function at stack level
+-- `level` (1: the function calling this), worded as LuaJIT words it: the function is
+-- named after its call site, and a method call counts from the argument after self.
+local function argument_error(level, narg, message)
+  local info = getinfo(level + 1, "n")
+  local name = info and info.name or "?"
+  local where = caller_where(level + 2)
+  if info and info.namewhat == "method" then
+    narg = narg - 1
+    if narg == 0 then error(where .. "calling '" .. name .. "' on bad self", 0) end
+  end
+  error(where .. "bad argument #" .. narg .. " to '" .. name .. "' (" .. message .. ")", 0)
+end
+
+-- Raises with the position of the innermost mod frame (tail calls hide the caller): for
+-- errors that belong to no one call, such as a host function's failure.
 local function raise_here(message)
-  -- Raises with the position of the innermost mod frame (tail calls hide the caller).
   local src, line = mod_frame(2)
   if src then
     local first = s_sub(src, 1, 1)
@@ -38,32 +114,108 @@ local function raise_here(message)
   error(message, 0)
 end
 
-local function leave_c(ok, ...)
-  c_depth = c_depth - 1
-  if ok then return ... end
-  error((...), 0)
-end
+-- Errors as a protected call hands them to the mod.
+--
+-- A frame of the prelude stands for a C frame of LuaJIT, where an error has no position:
+-- an error raised in one (only a stack overflow is: a recursion through library functions
+-- that overflows in a frame of the prelude) loses the position the prelude gave it, which
+-- is the host's chunk and line.
+--
+-- jit=False: a stack overflow that the count hook's own call runs into reaches LuaJIT's
+-- handler with no position ("stack overflow", where a plain runtime says "x:3: stack
+-- overflow"). The protected calls give it the position of the innermost mod frame, read
+-- while that frame is still on the stack: in an xpcall handler (which runs before the
+-- stack unwinds), or in the coroutine that died of it. (An overflow inside the hook's own
+-- Lua frames reaches no handler, and keeps no position: docs/conformance.md.)
+local STACK_OVERFLOW = "stack overflow"
+local HOOKED = not config.jit
+local PRELUDE_WHERE = s_sub(PRELUDE_SOURCE, 2) .. ":"
 
-local function depth_guarded(fn, name)
-  local message = name .. ": calls nested too deeply through library functions (more than "
-    .. MAX_C_DEPTH .. " levels)"
-  return function(...)
-    if c_depth >= MAX_C_DEPTH then raise_here(message) end
-    c_depth = c_depth + 1
-    return leave_c(pcall(fn, ...))
+-- "chunk:line: " of the innermost mod frame of `co` (nil: of the running coroutine).
+local function overflow_where(co)
+  for lvl = co and 0 or 2, 1000 do
+    local info
+    if co then info = getinfo(co, lvl, "Sl") else info = getinfo(lvl, "Sl") end
+    if info == nil then return "" end
+    if m_chunks[info.source] and info.currentline > 0 then
+      return info.short_src .. ":" .. info.currentline .. ": "
+    end
   end
+  return ""
 end
 
-function wrapped.pcall(f, ...)
-  return rethrow(pcall(f, ...))
+-- `err` as the mod may see it. `co`: the coroutine that died of it; `live`: the frames it
+-- was raised in are still on the stack (an xpcall handler). Allocates nothing for any
+-- other error (an out-of-memory error passes here).
+local function scrub(err, co, live)
+  if type(err) ~= "string" then return err end
+  if err == STACK_OVERFLOW then
+    if HOOKED and (co or live) then return overflow_where(co) .. err end
+    return err
+  end
+  if s_byte(err, 1) == 91 and s_find(err, PRELUDE_WHERE, 1, true) == 1 then  -- "["
+    local colon = s_find(err, ": ", #PRELUDE_WHERE + 1, true)
+    if colon then return s_sub(err, colon + 2) end
+  end
+  return err
+end
+
+local function place_error(err)
+  return scrub(err, nil, true)
+end
+
+-------------------------------------------------------------------------------------------
+-- Protected calls.
+-------------------------------------------------------------------------------------------
+-- The re-raise behind every protected call a mod can make: once a budget tripped, no
+-- pcall, xpcall or coroutine.resume returns to the mod.
+local function rethrow(ok, ...)
+  if not ok then
+    local err = ...
+    if not tripped and is_memory_error(err) then
+      local limit, used = memory_trip_figures()
+      set_trip("memory", limit, used)
+    end
+    if tripped then raise_trip() end
+    return false, scrub(err)
+  end
+  if tripped then raise_trip() end
+  return ok, ...
+end
+
+-- Nested calls through C. Library functions that call back into Lua from C (a native
+-- gsub's replacement function, coroutine resumes) recurse on the C stack, where LuaJIT
+-- does not always check depth: unchecked, a recursive gsub callback or nested coroutine
+-- resumes crash the process. They share one bounded depth; passing it is one catchable
+-- error. (Sorts, __tostring and the metered patterns call back from Lua: their depth is
+-- the Lua stack's, which LuaJIT bounds itself.)
+--
+-- The depth is exact: every guarded call gives its level back on every way out (a normal
+-- return, or an error it re-raises). It is never restored from a saved value: a coroutine
+-- parked inside a pcall and resumed deeper would otherwise reset it and pass the bound.
+local MAX_C_DEPTH = config.max_c_depth
+local c_depth = 0
+
+-- pcall(f, ...) as LuaJIT's: pcall() is its own argument error, placed at its caller.
+if HOOKED then
+  function wrapped.pcall(...)
+    if select("#", ...) == 0 then return pcall() end
+    return rethrow(xpcall((...), place_error, select(2, ...)))
+  end
+else
+  function wrapped.pcall(...)
+    if select("#", ...) == 0 then return pcall() end
+    return rethrow(pcall(...))
+  end
 end
 
 -- xpcall runs its handler after the error has unwound, through pcall: LuaJIT runs a real
 -- xpcall handler with hooks off, so under jit=False a handler that loops would never be
 -- metered. A handler that fails gives "error in error handling", as in Lua; a trip or an
--- out-of-memory error never reaches the handler.
+-- out-of-memory error never reaches the handler. As in LuaJIT, the handler's first result
+-- is the error value xpcall returns.
 local function after_handler(ok, ...)
-  if ok then return false, ... end
+  if ok then return false, (...) end
   if tripped then raise_trip() end
   return false, "error in error handling"
 end
@@ -76,9 +228,18 @@ local function handle(handler, ok, ...)
   return after_handler(pcall(handler, err))
 end
 
-function wrapped.xpcall(f, handler, ...)
-  if type(handler) ~= "function" then return xpcall(f, handler, ...) end
-  return handle(handler, pcall(f, ...))
+if HOOKED then
+  function wrapped.xpcall(...)
+    local f, handler = ...
+    if type(handler) ~= "function" then return xpcall(...) end  -- the native's own error
+    return handle(handler, xpcall(f, place_error, select(3, ...)))
+  end
+else
+  function wrapped.xpcall(...)
+    local f, handler = ...
+    if type(handler) ~= "function" then return xpcall(...) end  -- the native's own error
+    return handle(handler, pcall(f, select(3, ...)))
+  end
 end
 
 local RESUME_TOO_DEEP = "coroutine.resume: coroutines nested too deeply (more than "
@@ -86,32 +247,50 @@ local RESUME_TOO_DEEP = "coroutine.resume: coroutines nested too deeply (more th
 
 -- coroutine.resume never raises for a coroutine (it returns false and the error), so the
 -- level is given back on its return.
-local function resumed(ok, ...)
+local function resumed(co, ok, ...)
   c_depth = c_depth - 1
+  if not ok then return rethrow(false, scrub((...), co)) end
   return rethrow(ok, ...)
 end
 
 local host_cos = setmetatable({}, { __mode = "k" })  -- the coroutines of host runs
 
-function wrapped_lib.coroutine.resume(co, ...)
-  if type(co) ~= "thread" then return co_resume(co, ...) end  -- the usual error
+function wrapped_lib.coroutine.resume(...)
+  local co = ...
+  if type(co) ~= "thread" then return co_resume(...) end  -- the native's own error
   if host_cos[co] then return false, "cannot resume non-suspended coroutine" end
   if c_depth >= MAX_C_DEPTH then raise_here(RESUME_TOO_DEEP) end
   c_depth = c_depth + 1
-  return resumed(co_resume(co, ...))
+  return resumed(co, co_resume(...))
 end
 
-local function wrap_result(ok, ...)
+-- A coroutine.wrap function raises what its coroutine raised; as LuaJIT's does, it puts
+-- its caller's position before a message (tail-called: the caller is at level 2).
+local function wrap_result(co, ok, ...)
+  c_depth = c_depth - 1
+  if not ok and not tripped and is_memory_error((...)) then rethrow(false, (...)) end
+  if tripped then raise_trip() end
   if ok then return ... end
-  error((...), 0)
+  local err = ...
+  if type(err) == "string" then err = caller_where(2) .. scrub(err, co) end
+  error(err, 0)
 end
 
-function wrapped_lib.coroutine.wrap(f)
-  local co = co_create(f)
-  return function(...)
-    if c_depth >= MAX_C_DEPTH then raise_here(RESUME_TOO_DEEP) end
-    c_depth = c_depth + 1
-    return wrap_result(resumed(co_resume(co, ...)))
+do
+  local co_wrap = coroutine.wrap
+  local WRAP_TEXT = tostring(co_wrap(function() end))
+
+  function wrapped_lib.coroutine.wrap(...)
+    local f = ...
+    if type(f) ~= "function" then return co_wrap(...) end  -- the native's own error
+    local co = co_create(f)
+    local fn = function(...)
+      if c_depth >= MAX_C_DEPTH then raise_here(RESUME_TOO_DEEP) end
+      c_depth = c_depth + 1
+      return wrap_result(co, co_resume(co, ...))
+    end
+    builtin_text[fn] = WRAP_TEXT
+    return fn
   end
 end
 

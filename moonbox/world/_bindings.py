@@ -8,7 +8,10 @@ the command's id, so a refusal event can be matched to the call that caused it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
+from typing_extensions import TypedDict  # pydantic reads only this one on Python 3.11
 
 from .._errors import BindingError
 from ..bindings import Binding
@@ -29,7 +32,8 @@ from ._errors import WorldError
 from ._model import Entity
 from ._world import World, unit_direction
 
-__all__ = ["WORLD_BINDINGS", "entity_table", "world_bindings"]
+__all__ = ["WORLD_BINDINGS", "EntityTable", "PrefabInfo", "RaycastHit", "entity_table",
+           "world_bindings"]
 
 WORLD_BINDINGS = (
     "coreai_world_begin", "coreai_world_change", "coreai_world_commit", "coreai_world_destroy",
@@ -51,7 +55,51 @@ def _mod_of(call: HostCall) -> str:
     return mod_id
 
 
-def entity_table(e: Entity, world: World) -> dict[str, Any]:
+# What the bindings return, as types: the editor stubs show them (moonbox stubs).
+
+class EntityTable(TypedDict):
+    """An entity as coreai_world_get returns it."""
+
+    id: Annotated[int, Field(description="stable within the world")]
+    prefab: str
+    name: str
+    x: float
+    y: float
+    z: float
+    rx: Annotated[float, Field(description="rotation in degrees")]
+    ry: float
+    rz: float
+    scale: float
+    parent: Annotated[str | None, Field(description="the parent's name, if any")]
+    color: Annotated[list[float], Field(description="r, g, b, a in 0..1")]
+    properties: Annotated[dict[str, Any], Field(description="the prefab's properties")]
+    owner: Annotated[str | None, Field(description="the mod that spawned it (nil: the host)")]
+
+
+class PrefabInfo(TypedDict):
+    """A prefab that may be spawned."""
+
+    name: str
+    description: str
+    properties: Annotated[dict[str, Any], Field(description="their defaults")]
+
+
+class RaycastHit(TypedDict):
+    """The nearest entity a ray hits."""
+
+    name: str
+    distance: Annotated[float, Field(description="along the ray")]
+    x: Annotated[float, Field(description="the hit point")]
+    y: float
+    z: float
+
+
+Name = Annotated[str, Field(description="the entity's name")]
+CommandId = Annotated[int, Field(description="the command's id, as world:refused events "
+                                             "carry it")]
+
+
+def entity_table(e: Entity, world: World) -> EntityTable:
     """An entity as the table a mod sees (``parent`` by name)."""
     return {
         "id": e.id, "prefab": e.prefab, "name": e.name, "x": e.x, "y": e.y, "z": e.z,
@@ -71,13 +119,13 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
     """
     get_world: Callable[[], World] = world if callable(world) else (lambda: world)  # type: ignore[assignment]
 
-    def submit(call: HostCall, kind: str, args: Any) -> int:
+    def submit(call: HostCall, kind: str, args: Any) -> CommandId:
         try:
             return get_world().submit(kind, args, _mod_of(call)).id  # type: ignore[arg-type]
         except WorldError as exc:
             raise BindingError(f"{exc} [{exc.code}]", reason=exc.code) from None
 
-    def spawn(call: HostCall, args: SpawnArgs) -> tuple[Any, ...]:
+    def spawn(call: HostCall, args: SpawnArgs) -> tuple[Name, CommandId]:
         """Queue a spawn; returns the entity's name (generated if not given) and the command id."""
         try:
             command = get_world().submit("spawn", args, _mod_of(call))
@@ -85,19 +133,20 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
             raise BindingError(f"{exc} [{exc.code}]", reason=exc.code) from None
         return (command.args.name, command.id)
 
-    def change(call: HostCall, args: ChangeArgs) -> int:
+    def change(call: HostCall, args: ChangeArgs) -> CommandId:
         """Queue a change of the given fields of an entity you own; returns the command id."""
         return submit(call, "change", args)
 
-    def set_color(call: HostCall, args: SetColorArgs) -> int:
+    def set_color(call: HostCall, args: SetColorArgs) -> CommandId:
         """Queue a color change (r, g, b, a in 0..1); returns the command id."""
         return submit(call, "set_color", args)
 
-    def destroy(call: HostCall, args: DestroyArgs) -> int:
+    def destroy(call: HostCall, args: DestroyArgs) -> CommandId:
         """Queue the destruction of an entity you own and its descendants; returns the id."""
         return submit(call, "destroy", args)
 
-    def spawn_batch(call: HostCall, args: SpawnBatchArgs) -> tuple[Any, ...]:
+    def spawn_batch(call: HostCall, args: SpawnBatchArgs,
+                    ) -> tuple[Annotated[list[str], Field(description="their names")], CommandId]:
         """Queue 1-100 spawns applied all or none; returns their names and the command id."""
         try:
             command = get_world().submit("spawn_batch", args, _mod_of(call))
@@ -105,21 +154,30 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
             raise BindingError(f"{exc} [{exc.code}]", reason=exc.code) from None
         return ([i.name for i in command.args.items], command.id)
 
-    def grid(call: HostCall, args: GridArgs) -> int:
+    def grid(call: HostCall, args: GridArgs) -> CommandId:
         """Queue a grid of nx * nz (<= 100) spawns named <name>_<i>_<j>; returns the id."""
         return submit(call, "grid", args)
 
-    def tx(op: str) -> Callable[[HostCall, NoArgs], Any]:
-        def run(call: HostCall, args: NoArgs) -> Any:
-            w, mod = get_world(), _mod_of(call)
-            try:
-                if op == "begin":
-                    w.begin(mod)
-                    return True
-                return w.commit(mod) if op == "commit" else w.rollback(mod)
-            except WorldError as exc:
-                raise BindingError(f"{exc} [{exc.code}]", reason=exc.code) from None
-        return run
+    def begin(call: HostCall, args: NoArgs) -> bool:
+        try:
+            get_world().begin(_mod_of(call))
+        except WorldError as exc:
+            raise BindingError(f"{exc} [{exc.code}]", reason=exc.code) from None
+        return True
+
+    def commit(call: HostCall, args: NoArgs) -> Annotated[int, Field(
+            description="how many commands it queued")]:
+        try:
+            return get_world().commit(_mod_of(call))
+        except WorldError as exc:
+            raise BindingError(f"{exc} [{exc.code}]", reason=exc.code) from None
+
+    def rollback(call: HostCall, args: NoArgs) -> Annotated[int, Field(
+            description="how many commands it dropped")]:
+        try:
+            return get_world().rollback(_mod_of(call))
+        except WorldError as exc:
+            raise BindingError(f"{exc} [{exc.code}]", reason=exc.code) from None
 
     # The reads take their arguments unpacked: a handler reads the world every tick, and
     # an unpacking binding with simple fields skips building a model (see Binding.unpack).
@@ -127,12 +185,12 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
         """Whether an entity of that name exists (applied state)."""
         return get_world().exists(name)
 
-    def pos(call: HostCall, name: str) -> tuple[Any, ...]:
+    def pos(call: HostCall, name: str) -> tuple[float, float, float] | tuple[None]:
         """x, y, z of the entity, or nil."""
         p = get_world().position(name)
         return (None,) if p is None else p
 
-    def get(call: HostCall, name: str) -> Any:
+    def get(call: HostCall, name: str) -> EntityTable | None:
         """The entity as a table, or nil."""
         w = get_world()
         e = w.get(name)
@@ -142,7 +200,7 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
         """Names containing text, ignoring case, by id (at most limit, <= 100)."""
         return get_world().find(text, limit)
 
-    def list_prefabs(call: HostCall, args: NoArgs) -> list[dict[str, Any]]:
+    def list_prefabs(call: HostCall, args: NoArgs) -> list[PrefabInfo]:
         """The prefabs that may be spawned: name, description, properties with defaults."""
         out = []
         for p in get_world().prefabs:
@@ -153,7 +211,7 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
             out.append({"name": p.name, "description": p.description, "properties": defaults})
         return out
 
-    def raycast(call: HostCall, args: RaycastArgs) -> Any:
+    def raycast(call: HostCall, args: RaycastArgs) -> RaycastHit | None:
         """The nearest entity a ray hits: {name, distance, x, y, z} (the hit point), or nil."""
         try:
             hit = get_world().raycast((args.x, args.y, args.z), (args.dx, args.dy, args.dz),
@@ -182,11 +240,11 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
         make("destroy", DestroyArgs, destroy, "write", 2),
         make("spawn_batch", SpawnBatchArgs, spawn_batch, "write", 20),
         make("grid", GridArgs, grid, "write", 20),
-        make("begin", NoArgs, tx("begin"), "write", 1,
+        make("begin", NoArgs, begin, "write", 1,
              "Open a transaction: later writes collect until commit (at most 256)."),
-        make("commit", NoArgs, tx("commit"), "write", 1,
+        make("commit", NoArgs, commit, "write", 1,
              "Queue the open transaction, applied all or none; returns its size."),
-        make("rollback", NoArgs, tx("rollback"), "write", 1,
+        make("rollback", NoArgs, rollback, "write", 1,
              "Drop the open transaction; returns how many commands it held."),
         make("exists", NameArgs, exists, "read", 1, unpack=True),
         make("pos", NameArgs, pos, "read", 1, unpack=True),

@@ -667,13 +667,40 @@ class World:
             "entities": [self._entities[i].to_dict() for i in sorted(self._entities)],
         }
 
-    def snapshot(self) -> bytes:
-        """The applied state as msgpack (queued commands and transactions are not in it)."""
-        return msgpack.packb({
+    def snapshot(self, *, pending: bool = False) -> bytes:
+        """The applied state as msgpack.
+
+        With ``pending``, also the commands queued and not yet applied and the open
+        transactions, each command as its kind and arguments (what a game's snapshot at a
+        tick boundary holds: commands the host queued between ticks, transactions a mod
+        left open); :meth:`load` and :meth:`restore` queue them again, with their ids.
+        """
+        doc = {
             "format": SNAPSHOT_FORMAT, "version": SNAPSHOT_VERSION,
             "next_command": self._next_command, "next_auto": self._next_auto,
             **self._content(),
-        }, use_bin_type=True)
+        }
+        if pending:
+            doc["pending"] = [_command_doc(c) for c in self._pending]
+            doc["transactions"] = [[mod, [_command_doc(c) for c in tx]]
+                                   for mod, tx in self._transactions.items()]
+        return msgpack.packb(doc, use_bin_type=True)
+
+    def restore(self, data: bytes) -> None:
+        """Replace everything this world holds by a :meth:`snapshot`'s: entities, counters
+        and (if the snapshot has them) queued commands and open transactions. The prefabs,
+        bounds and limits stay this world's; every entity and command is checked against
+        them, and on a refusal nothing changes.
+
+        Raises:
+            WorldError: ``bad_snapshot`` (see :meth:`load`).
+        """
+        loaded = type(self).load(data, self.prefabs, bound=self.bound,
+                                 max_entities=self.max_entities, max_pending=self.max_pending,
+                                 max_pending_per_mod=self.max_pending_per_mod)
+        for name in ("_pending_by_mod", "_entities", "_by_name", "_children", "_next_id",
+                     "_next_command", "_next_auto", "_pending", "_transactions"):
+            setattr(self, name, getattr(loaded, name))
 
     def content_hash(self) -> str:
         """sha256 (hex) of a canonical msgpack encoding of the entities and the next id.
@@ -705,7 +732,8 @@ class World:
                              code="bad_snapshot")
         try:
             world._load_entities(doc)
-        except (_Refused, KeyError, TypeError, ValueError) as exc:
+            world._load_pending(doc)
+        except (_Refused, KeyError, TypeError, ValueError, WorldError) as exc:
             message = exc.message if isinstance(exc, _Refused) else f"{type(exc).__name__}: {exc}"
             raise WorldError(f"the snapshot holds an invalid entity: {message}",
                              code="bad_snapshot") from None
@@ -763,8 +791,60 @@ class World:
         self._next_command = int(doc.get("next_command", 1))
         self._next_auto = int(doc.get("next_auto", 1))
 
+    def _load_pending(self, doc: dict[str, Any]) -> None:
+        pending = doc.get("pending", [])
+        transactions = doc.get("transactions", [])
+        if not isinstance(pending, list) or not isinstance(transactions, list):
+            raise TypeError("pending and transactions must be lists")
+        for item in pending:
+            command = self._command_from(item)
+            n = len(command.args) if command.kind == "transaction" else 1
+            self._check_room(command.mod, n)
+            self._pending.append(command)
+            self._pending_by_mod[command.mod] = self._pending_by_mod.get(command.mod, 0) + n
+        for mod, commands in transactions:
+            if (mod is not None and not isinstance(mod, str)) or mod in self._transactions:
+                raise ValueError(f"bad or repeated transaction owner {mod!r}")
+            if not isinstance(commands, list) or len(commands) > MAX_TRANSACTION:
+                raise ValueError("a transaction holds a list of at most "
+                                 f"{MAX_TRANSACTION} commands")
+            self._transactions[mod] = [self._command_from(c, mod) for c in commands]
+        ids = [c.id for c in self._pending] + [
+            c.id for tx in self._transactions.values() for c in tx]
+        if any(i >= self._next_command for i in ids):
+            raise ValueError("a queued command's id is not below next_command")
+
+    def _command_from(self, item: Any, owner: Any = ...) -> Command:
+        """A queued command from its snapshot form, its arguments validated again."""
+        cid, mod, kind, args = item["id"], item["mod"], item["kind"], item["args"]
+        if type(cid) is not int or cid < 1:
+            raise ValueError(f"bad command id {cid!r}")
+        if (mod is not None and not isinstance(mod, str)) or (owner is not ... and mod != owner):
+            raise ValueError(f"bad command owner {mod!r}")
+        if kind == "transaction":
+            if not isinstance(args, list) or not 1 <= len(args) <= MAX_TRANSACTION:
+                raise ValueError("a transaction holds 1 to 256 commands")
+            subs = tuple(self._command_from(sub, mod) for sub in args)
+            if any(sub.kind == "transaction" for sub in subs):
+                raise ValueError("transactions do not nest")
+            return Command(cid, mod, "transaction", subs)
+        model_cls = _ARGS.get(kind)
+        if model_cls is None:
+            raise ValueError(f"unknown command kind {kind!r}")
+        return Command(cid, mod, kind, model_cls.model_validate(args))
+
     def __iter__(self) -> Iterator[Entity]:
         return iter(self.entities())
+
+
+def _command_doc(command: Command) -> dict[str, Any]:
+    # Only the fields the command was given: a change applies exactly those.
+    args = command.args
+    if command.kind == "transaction":
+        args = [_command_doc(sub) for sub in args]
+    else:
+        args = args.model_dump(mode="python", exclude_unset=True)
+    return {"id": command.id, "mod": command.mod, "kind": command.kind, "args": args}
 
 
 def _names_of(command: Command) -> tuple[str, ...]:

@@ -74,7 +74,7 @@ def test_eval_repair_cli_prints_rounds_and_writes_csv(tmp_path):
     assert "solved per round" in result.output and "tenth_prime" in result.output
     rows = list(csv.DictReader(out.open()))
     assert [(r["round"], r["solved"], r["total"]) for r in rows] == [
-        ("0", "6", "21"), ("1", "19", "21"), ("2", "20", "21"), ("3", "20", "21")]
+        ("0", "6", "24"), ("1", "22", "24"), ("2", "23", "24"), ("3", "23", "24")]
     assert set(KINDS) <= set(rows[0])
 
 
@@ -82,7 +82,9 @@ def test_eval_repair_cli_json_and_fewer_repairs():
     result = CliRunner().invoke(cli, ["eval-repair", "--repairs", "1", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert [r["solved"] for r in data["rounds"]] == [6, 19]
+    assert [r["solved"] for r in data["rounds"]] == [6, 22]
+    result = CliRunner().invoke(cli, ["eval-repair", "--repairs", "1", "--json", "--no-game"])
+    assert [r["solved"] for r in json.loads(result.output)["rounds"]] == [6, 19]
 
 
 def _replay(tmp_path, *contents):

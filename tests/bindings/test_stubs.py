@@ -13,7 +13,7 @@ import re
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 import lupa.luajit21
 import pytest
@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, create_model
+from typing_extensions import TypedDict
 
 from moonbox.bindings import Binding, LuaNumber, Permissions, Registry, default_bindings
 from moonbox.bindings._stubs import render_stubs
@@ -226,7 +227,8 @@ def check_stubs(text: str) -> dict[str, list[str]]:
     (b) Every line is blank, a ``--`` comment, a ``---`` description, a ``---@`` tag
         that parses, or ``function name(params) end``; every type name is built in or a
         declared class, declared once; each function's block documents its parameters in
-        order, one return and one overload; class blocks stand apart from functions.
+        order, then its returns, and at most one overload; class blocks stand apart from
+        functions.
     """
     lua = lupa.luajit21.LuaRuntime()
     try:
@@ -260,8 +262,13 @@ def check_stubs(text: str) -> dict[str, list[str]]:
             assert name not in LUA_KEYWORDS and name not in functions
             assert not any(t == "class" for t, _, _ in block), "a class bound to a function"
             assert [s for t, s, _ in block if t == "param"] == params
-            assert [t for t, _, _ in block].count("return") == 1
-            assert [t for t, _, _ in block].count("overload") == 1
+            tags = [t for t, _, _ in block]
+            # One return per value (none for a function that returns nothing), all of them
+            # after the params; a binding has one overload (its table form), a function of
+            # the engine library none.
+            returns = [i for i, t in enumerate(tags) if t == "return"]
+            assert all(i > j for i in returns for j, t in enumerate(tags) if t == "param")
+            assert tags.count("overload") <= 1
             assert all(IDENT.match(p) and p not in LUA_KEYWORDS for p in params)
             functions[name] = params
         else:
@@ -341,7 +348,11 @@ def test_default_registry():
     assert "---@class AddArgs" in lines
     assert any(re.match(r"---@field a number( #|$)", line) for line in lines)
     assert any(re.match(r"---@param message\? any( #|$)", line) for line in lines)
-    assert "---@overload fun(named: AddArgs): any" in lines
+    assert "---@return number" in lines  # from the annotation of its function
+    assert "---@overload fun(named: AddArgs): number" in lines
+    report_block = text.split("function add(a, b) end")[1].split("function report(")[0]
+    assert "---@return" not in report_block  # -> None: it returns nothing
+    assert "---@overload fun(named: ReportArgs)\n" in report_block
     assert "function add(a, b) end" in lines
 
 
@@ -534,7 +545,7 @@ def test_params_follow_field_order_and_optional_marks():
     text = render(bind("spawn", Spawn, description="Spawn a thing."))
     lines = lines_of(text)
     start = lines.index("---Spawn a thing.")
-    assert lines[start:] [:9] == [
+    assert lines[start:] [:8] == [
         "---Spawn a thing.",
         "---",
         "---Risk: write; costs 1 step.",
@@ -542,10 +553,9 @@ def test_params_follow_field_order_and_optional_marks():
         "---@param at Pos",
         "---@param count? integer # (default 1)",
         "---@param tag? string",
-        "---@return any",
-        "---@overload fun(named: SpawnArgs): any",
+        "---@overload fun(named: SpawnArgs)",  # its function returns None: nothing
     ]
-    assert lines[start + 9] == "function spawn(kind, at, count, tag) end"
+    assert lines[start + 8] == "function spawn(kind, at, count, tag) end"
 
 
 def test_result_class_and_nested_models():
@@ -756,6 +766,111 @@ def test_any_models_render_to_valid_stubs(found: list[Binding], permissions: Per
         if b.name in functions:
             assert len(functions[b.name]) == len(b.args.model_fields)
     assert render_stubs(found, permissions, header=header) == text
+
+
+# -- what a binding returns, from its function's annotation ---------------------------------
+
+
+class Hit(TypedDict):
+    """Where a ray stopped."""
+
+    name: str
+    distance: Annotated[float, Field(description="along the ray")]
+    owner: str | None
+
+
+def _returns(fn: Any) -> tuple[list[str], str]:
+    text = render(Binding("probe", Empty, fn, risk="read"))
+    block = text.split("function probe(")[0].rsplit("\n\n", 1)[1]
+    returns = [line.removeprefix("---@return ") for line in block.splitlines()
+               if line.startswith("---@return ")]
+    overload = next(line for line in block.splitlines() if line.startswith("---@overload"))
+    return returns, overload.removeprefix("---@overload fun(named: ProbeArgs)")
+
+
+def test_returns_come_from_the_annotation_when_there_is_no_result_model():
+    def none(call: Any, args: Any) -> None: ...
+    def count(call: Any, args: Any) -> int: ...
+    def pair(call: Any, args: Any) -> tuple[Annotated[str, Field(description="the name")],
+                                            int]: ...
+    def xyz(call: Any, args: Any) -> tuple[float, float, float] | tuple[None]: ...
+    def hit(call: Any, args: Any) -> Hit | None: ...
+    def many(call: Any, args: Any) -> tuple[int, ...]: ...
+    def names(call: Any, args: Any) -> list[str]: ...
+
+    assert _returns(none) == ([], "")
+    assert _returns(count) == (["integer"], ": integer")
+    assert _returns(pair) == (["string # the name", "integer"], ": string, integer")
+    assert _returns(xyz) == (["number?"] * 3, ": number?, number?, number?")
+    assert _returns(hit) == (["Hit?"], ": Hit?")
+    assert _returns(many) == (["any"], ": any")  # how many: unknown
+    assert _returns(names) == (["string[]"], ": string[]")
+    assert _returns(lambda call, args: None) == (["any"], ": any")  # no annotation
+    text = render(Binding("probe", Empty, hit, risk="read"))
+    assert "---Where a ray stopped.\n---@class Hit\n---@field name string\n" \
+        "---@field distance number # along the ray\n---@field owner? string\n" in text
+
+
+# -- the whole mod API of a game ------------------------------------------------------------
+
+MOD_API = {"on", "after", "every", "cancel", "spawn", "wait", "export", "import", "require",
+           "emit", "now", "state_get", "state_set", "report", "coreai_world_spawn",
+           "coreai_world_get", "coreai_world_pos"}
+
+
+def test_the_raw_engine_bindings_are_those_the_engine_library_takes():
+    from importlib import resources
+
+    from moonbox.mods._stubs import RAW_ENGINE_BINDINGS
+
+    runtime = resources.files("moonbox.engine").joinpath("mod_runtime.lua").read_text()
+    raw = re.search(r"local RAW = \{([^}]*)\}", runtime)
+    assert raw is not None
+    assert set(re.findall(r'"(\w+)"', raw.group(1))) == RAW_ENGINE_BINDINGS
+
+
+def test_cli_default_is_the_whole_mod_api_of_a_game():
+    result = invoke()
+    assert result.exit_code == 0, result.output
+    functions = check_stubs(result.output)
+    assert MOD_API <= set(functions)
+    assert not {"engine_ready", "engine_call"} & set(functions)  # the library's own
+    assert functions["on"] == ["event", "fn"] and functions["spawn"] == ["fn"]
+    text = result.output
+    spawn = text.split("function coreai_world_spawn(")[0].rsplit("\n\n", 1)[1]
+    assert "---@return string # the entity's name" in spawn
+    assert "---@overload fun(named: CoreaiWorldSpawnArgs): string, integer" in spawn
+    assert "---@return EntityTable?" in text and "---@class EntityTable" in text
+    assert "---@return integer # an id for cancel\nfunction on(event, fn) end" in text
+    assert "---@overload fun(named: OnArgs" not in text  # no table form for the library's
+    assert "---@return any\n---@overload" not in text.split("-- Group: world")[1]
+
+
+def test_cli_readonly_leaves_out_writes_and_the_functions_that_need_them():
+    result = invoke("--mode", "readonly", "--deny", "after")
+    functions = set(check_stubs(result.output))
+    assert not {"state_set", "emit", "export", "coreai_world_spawn", "after", "spawn"} \
+        & functions
+    assert {"on", "every", "wait", "import", "require", "state_get", "coreai_world_get"} \
+        <= functions
+
+
+def test_cli_stubs_for_a_mod_from_its_manifest(tmp_path: Path):
+    manifest = tmp_path / "mod.toml"
+    manifest.write_text('id = "keeper"\n')  # no [permissions]: readonly
+    functions = set(check_stubs(invoke("--manifest", str(manifest)).output))
+    assert "state_set" not in functions and "state_get" in functions
+    manifest.write_text('id = "keeper"\n[permissions]\nmode = "auto"\n'
+                        '[permissions.rules]\nemit = "deny"\n')
+    functions = set(check_stubs(invoke("--manifest", str(manifest)).output))
+    assert "state_set" in functions and "emit" not in functions
+    # The host's policy still caps it.
+    functions = set(check_stubs(invoke("--manifest", str(manifest), "--mode",
+                                       "readonly").output))
+    assert "state_set" not in functions
+    manifest.write_text("id = 3\n")
+    result = CliRunner().invoke(stubs, ["--manifest", str(manifest)])
+    assert result.exit_code == 2 and "mod.toml" in result.output
 
 
 # -- the command ---------------------------------------------------------------------------

@@ -105,9 +105,20 @@ def test_timers_after_every_cancel_spawn(game):
         spawn(function() report("spawned at " .. now()) end)
     """)
     out = lines(game.run(10))
-    # cancel(id) ran at tick 8 (every 4), before tick 9's turn
-    assert out == ["cancel true false", "spawned at 1", "after 2", "every 3", "every 6"] or \
-        out == ["spawned at 1", "after 2", "every 3", "every 6"]
+    # cancel(id) ran at tick 8 (every 4), before tick 9's turn; the load's line comes first
+    assert out == ["cancel true false", "spawned at 1", "after 2", "every 3", "every 6"]
+
+
+def test_a_spawned_tasks_failures_are_named_spawn(game):
+    game.load_mod("a", """
+        spawn(function() error("at once") end)
+        spawn(function() wait(2) error("after a wait") end)
+        after(1, function() error("a timer") end)
+    """)
+    failures = [f for r in game.run(3) for f in r.failures]
+    assert [(f.handler, f.error.message, f.tick) for f in failures] == [
+        ("spawn", "at once", 1), ("after(1)", "a timer", 1), ("spawn", "after a wait", 3)]
+    assert failures[0].where == "mods/a/main.lua:2"
 
 
 def test_cancel_from_load_is_reported_in_the_load_run(game):
@@ -188,9 +199,10 @@ def test_raw_engine_bindings_are_hidden(game):
         report(tostring(engine_ready) .. " " .. tostring(engine_call))
         report(type(on) .. " " .. type(wait) .. " " .. type(spawn))
     """)
-    # reports of the load run are not in a tick report; check through a handler instead
+    # what the main chunk reports goes in the next tick's report, before the tick's own
     game.load_mod("b", 'on("tick", function() report(tostring(engine_ready)) end)')
-    assert lines([game.tick()]) == ["nil"]
+    assert lines([game.tick()]) == ["nil nil", "function function function", "nil"]
+    assert lines([game.tick()]) == ["nil"]  # once
 
 
 def test_what_the_engine_lends_the_preparation_is_gone_before_the_main_chunk(game):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from moonbox.engine import ModLimits
-from moonbox.engine._game import MAX_MESSAGE_CHARS
+from moonbox.engine._protocol import MAX_MESSAGE_CHARS
 from moonbox.isolation import WorkerPool
 
 
@@ -193,9 +193,11 @@ def test_the_watchdog_is_an_option_of_in_process_games(make_game, pool):
 # Found by an attack review: the caps counted over a dispatcher's whole life, so after a
 # mod's 1,000th line every later line was dropped silently and the mod acted unlogged.
 def test_report_caps_are_per_call_and_drops_are_counted(game_of):
+    from moonbox import Budget
     from moonbox.sandbox._run import MAX_REPORTS, REPORTS_DROPPED
 
-    game = game_of()
+    # 1,500 host calls a tick, each a round trip when isolated: time for a loaded machine.
+    game = game_of(budget=Budget(wall_s=30))
     game.load_mod("chatty", """
       local n = 0
       on("tick", function()

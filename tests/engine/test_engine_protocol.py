@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from moonbox.engine import Game, ModLimits, _game
+from moonbox.engine import Game, ModLimits, _loading
 
 GOOD = """
 on("tick", function(t)
@@ -68,13 +68,13 @@ LUA_CHECK = ("  elseif type(y) ~= \"number\" or y ~= y or y == huge or y == -hug
 def leaky_runtime(monkeypatch, *, lua_check: bool) -> None:
     """An engine library that hands the mod its WAIT value (as a leak would), with or
     without its own check of a wait's ticks: the host must hold either way."""
-    runtime = _game._RUNTIME
+    runtime = _loading.RUNTIME
     assert LEAK in runtime
     runtime = runtime.replace(LEAK, LEAK + "env.LEAKED_WAIT = WAIT\n")
     if not lua_check:
         assert LUA_CHECK in runtime
         runtime = runtime.replace(LUA_CHECK, "")
-    monkeypatch.setattr(_game, "_RUNTIME", runtime)
+    monkeypatch.setattr(_loading, "RUNTIME", runtime)
 
 
 FORGER = """

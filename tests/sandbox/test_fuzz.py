@@ -20,7 +20,7 @@ from hypothesis import seed as hypothesis_seed
 from lupa import luajit21
 
 from moonbox import Budget, BudgetExceeded, Outcome, ScriptError
-from moonbox._errors import HostError
+from moonbox._errors import MAX_SOURCE_BYTES, HostError, SourceTooLarge
 from moonbox.cli import cli
 from moonbox.fuzz import Checker, budget_for, check_outcome, check_plain, check_wall
 from moonbox.fuzz._programs import CORRUPTIONS, FuzzCase, corrupt, fuzz_cases, lua_string
@@ -167,6 +167,24 @@ def test_the_walk_finds_the_unwrapped_versions_of_wrapped_functions(checker):
     assert details == ["reachable from the mod: _G.raw_pcall is the unwrapped pcall"]
 
 
+def test_the_walk_names_a_deep_finding_by_a_bounded_path(checker):
+    # Found by the fuzzer (seed 1001, example 8089): a chain of tables, each the __index of
+    # the next one's metatable, a hundred thousand deep, held the walk 20 s while it built
+    # ever longer paths. Paths now stop growing past ~200 characters.
+    sb = checker._sandbox(budget_for("steps"))
+    try:
+        sb._rt.execute(
+            b"local env, leak = ... local t = {leak = leak} for i = 1, 20000 do "
+            b"t = setmetatable({}, {__index = t}) end env.chain = t",
+            sb._env, sb._rt.globals()[b"load"])
+        details = [v.detail for v in checker.reachable(sb)]
+    finally:
+        sb.close()
+    assert len(details) == 1 and details[0].startswith(
+        "reachable from the mod: _G.chain<metatable>.__index<metatable>")
+    assert details[0].endswith("... is load") and len(details[0]) < 300
+
+
 def test_a_changed_sibling_is_a_violation():
     c = Checker(jit=True)
     try:
@@ -216,7 +234,9 @@ def test_generated_programs_are_valid_lua_and_compile_in_the_sandbox(checker, ji
                 refused = None
             except ScriptError as exc:
                 refused = exc
-            if parses:
+            if len(case.source.encode("utf-8", "surrogateescape")) > MAX_SOURCE_BYTES:
+                assert isinstance(refused, SourceTooLarge), case.source[:200]
+            elif parses:
                 assert refused is None or "once instrumented" in str(refused), (refused, case)
             else:
                 assert refused is not None and refused.kind == "syntax", case
@@ -284,6 +304,7 @@ def test_the_command_exits_0_and_reports_json_when_nothing_breaks(tmp_path):
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["ok"] is True and report["examples"] == 8 and report["failures"] == []
+    assert sum(report["kinds"].values()) == 8 and "composed" in report["kinds"]
 
 
 def test_the_command_writes_a_reproducer_for_each_failing_program(tmp_path):

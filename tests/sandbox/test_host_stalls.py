@@ -307,7 +307,8 @@ def test_report_caps_are_per_resume_and_a_drop_is_said(isolated):
     from moonbox.sandbox._run import MAX_REPORTS, REPORTS_DROPPED
 
     make = IsolatedSandbox if isolated else Sandbox
-    with make(host_functions=default_bindings()) as sb:
+    # 1,500 host calls a resume (round trips when isolated): time for a loaded machine.
+    with make(Budget(wall_s=30), host_functions=default_bindings()) as sb:
         run = sb.start("local n = 0 while true do n = n + 1 "
                        "for i = 1, 1500 do report(n .. ':' .. i) end coroutine.yield() end")
         for n in range(1, 4):
@@ -317,3 +318,84 @@ def test_report_caps_are_per_resume_and_a_drop_is_said(isolated):
             assert run.reports_dropped_now == 500 and run.reports_dropped == 500 * n
         whole = sb.run("for i = 1, 3 do report(i) coroutine.yield() end")
         assert whole.reports == ("1", "2", "3")
+
+
+# -- a host function sees its deadline and a cancellation flag --------------------------------
+
+def test_a_slow_host_function_can_stop_at_the_callers_deadline():
+    # Found by an audit: a 1.0 s Python binding under a 0.1 s wall budget ran its full
+    # second before the trip. A binding that checks call.cancelled stops on time.
+    seen = {}
+
+    class _Cooperative:
+        name = "work"
+        cost = 1
+
+        def __call__(self, call, args):
+            seen["left"] = call.time_left_s()
+            rounds = 0
+            while not call.cancelled and rounds < 1000:
+                time.sleep(0.005)
+                rounds += 1
+            seen["rounds"] = rounds
+            return ()
+
+    with Sandbox(Budget(wall_s=0.1), host_functions=[_Cooperative()]) as sb:
+        started = time.perf_counter()
+        out = sb.run("work() local n = 0 for i = 1, 100 do n = n + i end return n", "@slow.lua")
+        elapsed = time.perf_counter() - started
+    assert 0 < seen["left"] <= 0.1
+    assert seen["rounds"] < 1000  # it saw the flag, long before its own bound of 5 s
+    assert out.status == "budget" and out.error.budget == "time"
+    assert elapsed < 5
+
+
+def test_outside_a_resume_a_call_is_not_cancelled():
+    from moonbox.sandbox import HostCall
+
+    with Sandbox() as sb:
+        assert HostCall(sb, None, "x").cancelled is False
+    assert HostCall(None, None, "x").cancelled is True
+
+
+# -- what LuaJIT's parser would do superlinearly is refused before it runs ----------------------
+
+def test_number_literals_that_share_a_hash_bucket_are_refused_before_the_parser():
+    from moonbox.sandbox._parser_limits import MAX_NUMBERS_PER_BUCKET
+
+    with Sandbox(BUDGET) as sb:
+        keys = sb._rt.execute(COLLIDING_KEYS + "local k = colliding_keys(2048) "
+                              "for i = 1, #k do k[i] = string.format('%.17g', k[i]) end "
+                              "return table.concat(k, ' ')").decode().split()
+    source = "local x\n" + "".join(f"x = {k}\n" for k in keys) + "return x\n"
+    with Sandbox() as sb:
+        out = sb.run(source, "@numbers.lua")
+        assert out.status == "error" and out.error.kind == "syntax"
+        assert "share one hash bucket" in out.error.message
+        assert out.error.line > MAX_NUMBERS_PER_BUCKET  # where the bucket overflowed
+        # The same count of ordinary literals, and one literal many times, load.
+        plain = "local x\n" + "".join(f"x = {i + 0.5}\n" for i in range(2048)) + "return x\n"
+        assert sb.run(plain).value == 2047.5
+        assert sb.run("local x " + "x = 1.5 " * 5000 + "return x").value == 1.5
+
+
+def test_more_gotos_than_the_limit_are_refused_before_the_parser():
+    from moonbox.sandbox._parser_limits import MAX_GOTOS
+
+    def gotos(n: int) -> str:
+        return "local i = 0\n::top::\ni = i + 1\nif i > 3 then return i end\n" + \
+            "if i > 0 then goto top end\n" * n
+
+    with Sandbox() as sb:
+        assert sb.run(gotos(1000)).value == 4  # many gotos still load
+        out = sb.run(gotos(MAX_GOTOS + 1), "@gotos.lua")
+        assert out.error.kind == "syntax" and f"more than {MAX_GOTOS} gotos" in out.error.message
+
+
+@pytest.mark.parametrize("source", ['x = "' + "a" * 100_000, "x = [" + "=" * 100_000])
+def test_a_syntax_error_quoting_a_long_token_is_bounded(source):
+    from moonbox.sandbox._runtime import MAX_MESSAGE_BYTES
+
+    with Sandbox() as sb:
+        out = sb.run(source, "@long.lua")
+    assert out.error.kind == "syntax" and len(out.error.message) <= MAX_MESSAGE_BYTES + 3

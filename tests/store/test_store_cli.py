@@ -65,6 +65,83 @@ def test_store_from_the_environment_and_default(db, tmp_path, monkeypatch):
     assert not (tmp_path / DEFAULT_STORE).exists()
 
 
+# -- at 80 columns --------------------------------------------------------------------------
+
+LONG_KEYS = ["mods/scoreboard/lib/standings.lua", "mods/scoreboard/lib/standings_old.lua",
+             "mods/scoreboard/main.lua"]
+
+
+@pytest.fixture
+def crowded(tmp_path: Path) -> Path:
+    """Keys that share a long prefix, and a history with long authors, roles and errors."""
+    path = tmp_path / "crowded.db"
+    with Store(path) as s:
+        for key in LONG_KEYS:
+            s.scripts.record_success(key, "return 1\n", author="model:a-long-model-name-v2",
+                                     role="programmer", trace_id="trace-0123456789abcdef")
+        key = LONG_KEYS[0]
+        s.scripts.record_failure(key, "return (\n", error="mods/scoreboard/lib/standings.lua"
+                                 ":3: attempt to call global 'state_set' (a nil value)",
+                                 author="modder", role="modder")
+        s.scripts.record_success(key, "return 2\n", author="modder", role="modder")
+    return path
+
+
+def _at_80(*args: str) -> str:
+    result = CliRunner().invoke(cli, ["versions", *args], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    return result.stdout
+
+
+def test_list_keeps_every_key_whole_at_80_columns(crowded):
+    out = _at_80("list", "--store", str(crowded))
+    lines = out.splitlines()
+    header = next(line for line in lines if line.split()[:2] == ["kind", "key"])
+    assert header.split() == ["kind", "key", "original", "current", "latest", "kept",
+                              "updated"]
+    # A key too long for its column folds onto the next line: join the column back up.
+    start = header.index("key")
+    end = header.index("original")
+    keys, key = [], ""
+    for line in lines[lines.index(header) + 2:]:
+        cell = line[start:end].strip()
+        if line[:start].strip():  # a new row
+            if key:
+                keys.append(key)
+            key = cell
+        else:
+            key += cell
+    keys.append(key)
+    assert keys == LONG_KEYS
+    assert "…" not in out
+
+
+def test_show_keeps_the_revision_numbers_at_80_columns(crowded):
+    out = _at_80("show", LONG_KEYS[0], "--store", str(crowded))
+    lines = out.splitlines()
+    header = next(line for line in lines if line.split()[:1] == ["rev"])
+    assert header.split() == ["rev", "outcome", "recorded", "sha256", "author", "role",
+                              "trace"]
+    rows = [line.split() for line in lines[lines.index(header) + 2:]
+            if line[:3].strip().isdigit()]
+    assert [(row[0], row[1]) for row in rows] == [("3", "C"), ("2", "failed"), ("1", "O")]
+    errors = " ".join(out.split("errors:")[1].split())
+    assert errors == ("rev 2: mods/scoreboard/lib/standings.lua:3: attempt to call global "
+                      "'state_set' (a nil value)")
+
+
+@pytest.mark.parametrize("args", [
+    ["list"], ["show", "k"], ["diff", "k", "1"], ["rollback", "k", "1"], ["reset", "k"],
+    ["reset-all"], ["export", "-"],
+])
+def test_only_import_creates_a_store(tmp_path, args):
+    path = tmp_path / "none.db"
+    code, _, err = run(*args, "--store", str(path))
+    assert code == 1 and "no versions store" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_show_history_and_revision(db):
     code, out, _ = run("show", "waves:main", "--store", str(db))
     assert code == 0 and "original 1 (O), current 3 (C)" in out and "failed" in out

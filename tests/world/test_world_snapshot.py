@@ -129,3 +129,44 @@ def test_a_snapshot_with_a_non_finite_property_is_refused():
 
 def test_snapshot_format_marker():
     assert msgpack.unpackb(World().snapshot())["format"] == SNAPSHOT_FORMAT
+
+
+def test_a_snapshot_with_pending_holds_the_queue_and_open_transactions():
+    world = World()
+    world.submit("spawn", {"prefab": "cube", "name": "a"}, "m")
+    world.apply()
+    world.submit("change", {"name": "a", "fields": {"x": 3.0}}, "m")  # placement only
+    world.submit("spawn", {"prefab": "cube"}, None)  # a generated name, the host's
+    world.begin("n")
+    world.submit("spawn", {"prefab": "sphere", "name": "b"}, "n")
+    world.commit("n")
+    world.begin("m")  # left open
+    world.submit("destroy", {"name": "a"}, "m")
+    data = world.snapshot(pending=True)
+    assert World.load(world.snapshot()).pending == ()  # not without pending=True
+    copy = World()
+    copy.restore(data)
+    assert copy.pending == world.pending
+    assert copy.in_transaction("m") and not copy.in_transaction("n")
+    assert copy.next_command_id == world.next_command_id
+    assert copy.snapshot(pending=True) == data
+    # The change keeps exactly the fields it was given, so it applies as it would have.
+    change = copy.pending[0].args.fields
+    assert change.model_fields_set == {"x"}
+    copy.commit("m")
+    world.commit("m")
+    assert [(r.id, r.status) for r in copy.apply()] == [(r.id, r.status) for r in world.apply()]
+    assert copy.content_hash() == world.content_hash()
+
+
+def test_a_refused_restore_changes_nothing():
+    world = World()
+    world.submit("spawn", {"prefab": "cube", "name": "keep"})
+    world.apply()
+    before = world.snapshot(pending=True)
+    doc = msgpack.unpackb(before, raw=False)
+    doc["pending"] = [{"id": 1, "mod": None, "kind": "spawn", "args": {"prefab": 7}}]
+    for bad in (b"junk", msgpack.packb(doc, use_bin_type=True)):
+        with pytest.raises(WorldError):
+            world.restore(bad)
+        assert world.snapshot(pending=True) == before
