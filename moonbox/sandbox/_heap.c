@@ -158,6 +158,15 @@ new_segment(Heap *h)
         h->segments = grown;
         h->segment_room = room;
     }
+    /* No more address space than the heap cap: pages of one size class are reused only
+     * once empty, so a mod that keeps one small block in every page of one class, then
+     * of the next, would otherwise have the host map up to one cap per class while lupa
+     * counts one cap. Past it, blocks come from the C library, counted as lupa counts
+     * them: what is mapped stays within the cap, what is allocated too. */
+    if (h->status->limit > 0 &&
+        (h->segment_count + 1) * SEGMENT_BYTES > h->status->limit + SEGMENT_BYTES) {
+        return 0;
+    }
     /* Twice the size, then trimmed to an aligned segment. */
     char *raw = mmap(NULL, 2 * SEGMENT_BYTES, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -423,19 +432,20 @@ lua_api(const char *library, getallocf_fn *get, setallocf_fn *set)
 }
 
 PyDoc_STRVAR(install_doc,
-"install(library, thread) -> bool\n\n"
+"install(library, thread, runtime) -> bool\n\n"
 "Put this module's allocator in place of lupa's in a runtime created with max_memory.\n"
 "``library`` is the path of lupa's LuaJIT extension module; ``thread`` the address of a\n"
-"live coroutine of the runtime (as tostring shows it). Returns False, changing nothing,\n"
+"live coroutine of ``runtime`` (as tostring shows it). Returns False, changing nothing,\n"
 "where that cannot be done: the library's functions are missing, or the runtime's\n"
-"allocator is not lupa's memory-limited one as far as can be told.");
+"allocator is not lupa's memory-limited one, whose state lies in the runtime object.");
 
 static PyObject *
 install(PyObject *self, PyObject *args)
 {
     const char *library;
     unsigned long long address;
-    if (!PyArg_ParseTuple(args, "sK:install", &library, &address)) {
+    PyObject *runtime;
+    if (!PyArg_ParseTuple(args, "sKO:install", &library, &address, &runtime)) {
         return NULL;
     }
     getallocf_fn get;
@@ -447,8 +457,15 @@ install(PyObject *self, PyObject *args)
     void *ud = NULL;
     lua_Alloc current = get(L, &ud);
     MemoryStatus *status = ud;
-    /* Installed once; and lupa's struct holds a count and a limit above it. */
-    if (current == heap_alloc || status == NULL || status->used == 0 ||
+    /* Installed once, and only over lupa's memory-limited allocator: its state is the
+     * struct inside the runtime object itself (a runtime without max_memory has LuaJIT's
+     * own allocator, whose state is elsewhere), holding a count and a limit above it. */
+    const char *object = (const char *)runtime;
+    const char *state = (const char *)status;
+    if (current == heap_alloc || status == NULL ||
+        state < object + sizeof(PyObject) ||
+        state + sizeof(MemoryStatus) > object + Py_TYPE(runtime)->tp_basicsize ||
+        ((uintptr_t)state & (sizeof(size_t) - 1)) != 0 || status->used == 0 ||
         (status->limit != 0 && status->limit < status->used)) {
         Py_RETURN_FALSE;
     }

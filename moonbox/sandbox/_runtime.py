@@ -130,7 +130,7 @@ def _install_heap(rt: Any) -> bool:
     it. lupa's count of used bytes and its limit stay the runtime's accounting."""
     if _heap is None:
         return False
-    return _with_thread(rt, lambda address: bool(_heap[0](lua.__file__, address)))
+    return _with_thread(rt, lambda address: bool(_heap[0](lua.__file__, address, rt)))
 
 
 def uses_compiled_heap(rt: Any) -> bool:

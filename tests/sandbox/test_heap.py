@@ -121,3 +121,109 @@ def test_lupas_allocator_is_kept_when_the_environment_says_so():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=60, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_a_runtime_without_lupas_limited_allocator_is_left_alone():
+    # Without max_memory the runtime has LuaJIT's own allocator, whose state is no count
+    # of lupa's: installing over it would free LuaJIT's blocks with the C library.
+    from lupa import luajit21
+
+    rt = luajit21.LuaRuntime(encoding=None)
+    assert not _runtime._install_heap(rt)
+    assert not uses_compiled_heap(rt)
+    assert rt.execute("local t = {} for i = 1, 1e4 do t[i] = {i} end return #t") == 10000
+
+
+# Pages of one size class are reused only once empty: this keeps one string in every page
+# of a class, lets the rest go, and moves on to the next class, 24 times. Without a bound
+# the heap would map about a cap's worth of pages per class.
+FRAGMENTING = """
+local sizes = {16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256,
+               320, 384, 448, 512, 640, 768, 896, 1024}
+local keep = {}
+for _, size in ipairs(sizes) do
+  local t = {}
+  for i = 1, math.floor(3e6 / size) do t[i] = string.rep("a", size - 32) .. i end
+  for i = 1, #t, math.floor(65000 / size) do keep[#keep + 1] = t[i] end
+  t = nil
+  for _ = 1, 200000 do local _ = {} end
+end
+return #keep
+"""
+
+
+@needs_heap
+def test_the_heap_maps_no_more_than_its_cap_however_fragmented():
+    from moonbox.sandbox import _heap
+
+    gc.collect()
+    before = _heap.segments()
+    with Sandbox(Budget(max_memory="16MB", alloc_bytes="16MB", steps=1 << 40)) as sb:
+        assert uses_compiled_heap(sb._rt)
+        out = sb.run(FRAGMENTING, "=fragment")
+        assert out.status == "done", out
+        # 16 MiB of cap, lupa's own base and the host's headroom: whole segments of 1 MiB.
+        cap = (16 << 20) + _runtime.HOST_HEADROOM_BYTES + (1 << 20)
+        assert (_heap.segments() - before) << 20 <= cap + (2 << 20)
+
+
+@needs_heap
+def test_many_runtimes_at_once_closed_in_any_order_give_their_heaps_back():
+    from moonbox.sandbox import _heap
+
+    gc.collect()
+    before = _heap.segments()
+    boxes, chunks = [], []
+    for i in range(40):
+        sb = Sandbox(Budget(max_memory="24MB", alloc_bytes="24MB"))
+        n = 1000 + 997 * i
+        assert sb.run(f"G = {{}} for i = 1, {n} do G[i] = {{i, tostring(i)}} end "
+                      "return #G").values == (n,)
+        if i % 3 == 0:
+            chunks.append(sb.load("return #G"))  # a chunk that outlives its sandbox's close
+        boxes.append(sb)
+    order = list(range(len(boxes)))
+    order = order[1::2] + order[::-2]
+    for i in order:
+        if i % 2:
+            boxes[i].close()
+    del boxes, sb
+    gc.collect()
+    assert _heap.segments() > before  # the chunks hold their runtimes
+    del chunks
+    gc.collect()
+    assert _heap.segments() == before
+
+
+def _run_python(code: str, **env: str) -> str:
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_without_the_module_runtimes_keep_lupas_allocator_and_the_cap():
+    code = ("import sys\n"
+            "sys.modules['moonbox.sandbox._heap'] = None  # as where it was not built\n"
+            "from moonbox import Budget, Sandbox\n"
+            "from moonbox.sandbox._runtime import compiled_heap, uses_compiled_heap\n"
+            "with Sandbox(Budget(max_memory='8MB', alloc_bytes='64MB')) as sb:\n"
+            "    out = sb.run('local t = {} while true do t[#t + 1] = {} end')\n"
+            "    print(compiled_heap(), uses_compiled_heap(sb._rt), out.error.budget)\n")
+    assert _run_python(code).split() == ["False", "False", "memory"]
+
+
+@needs_heap
+def test_an_isolated_worker_under_its_address_space_limit_trips_cleanly():
+    # The worker's heap maps segments as it grows: under a tight address-space limit a mod
+    # that fills its cap trips on memory, and the worker goes on.
+    code = ("from moonbox import Budget\n"
+            "from moonbox.isolation import IsolatedSandbox\n"
+            "budget = Budget(max_memory='96MB', alloc_bytes='96MB')\n"
+            "with IsolatedSandbox(budget, memory_limit_bytes=768 << 20) as sb:\n"
+            "    for src in ['local t = {} while true do t[#t + 1] = {} end',\n"
+            "                'local t = {} for i = 1, 1e9 do t[i] = (\"x\"):rep(i % 900) .. i end']:\n"
+            "        out = sb.run(src)\n"
+            "        print(out.status, out.error.budget)\n"
+            "    print(sb.run('local t = {} for i = 1, 1e5 do t[i] = {i} end return #t').values)\n")
+    assert _run_python(code).split() == ["budget", "memory", "budget", "memory", "(100000,)"]
