@@ -423,8 +423,141 @@ do
     return k
   end
 
+  -- Patterns whose repeats cannot backtrack. A repeating item (* + - ?) of one character
+  -- class X is *safe* when what must come next cannot be in X: a literal character not in
+  -- X (captures between apart), or the pattern's closing `$`. Then, of the positions the
+  -- native tries after X, all but one fail at once, so X costs a scan of the subject and
+  -- one way on, and a pattern of safe repeats costs per start at most its length plus a
+  -- scan per repeat: (n + 1) * (2#p + 1 + (n + 1) * scan), scan twice the repeats' class
+  -- widths + 1. A pattern whose only repeat is its last item (captures apart), or with no
+  -- repeat, is *linear*: reaching that item is a match, so its scan is what the match
+  -- spans, and a find, a gmatch's whole iteration or a gsub costs at most
+  -- (n + 1) * (2#p + 3 + 2 * width): like a plain find, it stays native at any size,
+  -- charged for that (tests/sandbox/test_pattern_shapes.py holds both against the work). Anything else (%b, back-references, %f as a
+  -- follower, a repeat followed by a class or by another repeat) keeps the bound above.
+  -- Per pattern: false (neither), or {linear cost per subject byte, or false; scan}.
+  local shapes_seen, shapes_seen_count = {}, 0
+  local s_char_ = string.char
+  local QUANTIFIER = { [42] = true, [43] = true, [45] = true, [63] = true }  -- * + - ?
+
+  local function class_end(p, i, len)  -- the index after the class at i, or nil
+    local c = s_byte(p, i)
+    if c == 37 then return i + 1 < len + 1 and i + 2 or nil end  -- %x
+    if c ~= 91 then return i + 1 end
+    local j = i + 1  -- a set, as the native reads it: a first "]" is a member
+    if s_byte(p, j) == 94 then j = j + 1 end
+    repeat
+      if j > len then return nil end
+      local d = s_byte(p, j)
+      j = j + 1
+      if d == 37 then j = j + 1 end
+    until s_byte(p, j) == 93
+    return j + 1
+  end
+
+  local function literal_of(p, i, e)  -- the character a one-class item at i..e-1 stands for
+    local c = s_byte(p, i)
+    if e == i + 1 then return c ~= 46 and c or nil end  -- not "."
+    if c == 37 and e == i + 2 then
+      local d = s_byte(p, i + 1)
+      if not ((d >= 48 and d <= 57) or (d >= 65 and d <= 90) or (d >= 97 and d <= 122)) then
+        return d  -- %] %. %% ...: an escaped literal
+      end
+    end
+    return nil
+  end
+
+  local function shape(p)
+    local seen = shapes_seen[p]
+    if seen ~= nil then return seen end
+    local len = #p
+    -- The items: a one-class item is its start, end and quantifier; captures are "(" and
+    -- ")"; "$" is a closing anchor; anything else makes the pattern neither kind.
+    local starts, ends, quants, kinds, count = {}, {}, {}, {}, 0
+    -- A leading "^" anchors (gmatch reads it as a character: the same bound, unless a
+    -- quantifier follows it, which makes it a repeat there).
+    local i = s_byte(p, 1) == 94 and 2 or 1
+    local ok = len <= 256 and not (i == 2 and QUANTIFIER[s_byte(p, 2)])
+    while ok and i <= len do
+      local c = s_byte(p, i)
+      count = count + 1
+      if c == 40 or c == 41 then
+        kinds[count] = c
+        i = i + 1
+      elseif c == 36 and i == len then
+        kinds[count] = 36
+        i = i + 1
+      elseif c == 37 and (s_byte(p, i + 1) == 98 or s_byte(p, i + 1) == 102
+                          or (s_byte(p, i + 1) or 0) >= 48 and (s_byte(p, i + 1) or 0) <= 57) then
+        ok = false  -- %b, %f, a back-reference
+      else
+        local e = class_end(p, i, len)
+        if e == nil then
+          ok = false
+        else
+          kinds[count], starts[count], ends[count] = 0, i, e
+          local q = s_byte(p, e)
+          if QUANTIFIER[q] then quants[count] = q e = e + 1 end
+          i = e
+        end
+      end
+    end
+    local result = false
+    if ok then
+      local repeats_count, last_repeat, scan = 0, 0, 0
+      for n = 1, count do
+        if ok and quants[n] then
+          repeats_count, last_repeat = repeats_count + 1, n
+          local m = n + 1
+          while kinds[m] == 40 or kinds[m] == 41 do m = m + 1 end
+          local width = ends[n] - starts[n]
+          if m > count then  -- the last item: the match ends with it
+            scan = scan + width + 1 + (m - n)
+          elseif kinds[m] == 36 then
+            scan = scan + width + 1 + (m - n)
+          elseif kinds[m] == 0 and (quants[m] == nil or quants[m] == 43) then
+            local lit = literal_of(p, starts[m], ends[m])
+            -- Whether the class holds the literal: the native, on one character ("()"
+            -- after it, so a "$" class is a character, not the anchor).
+            if lit ~= nil and s_find(s_char_(lit), "^" .. s_sub(p, starts[n], ends[n] - 1)
+                                     .. "()") == nil then
+              scan = scan + width + 1 + (m - n)
+            else
+              ok = false
+            end
+          else
+            ok = false
+          end
+        end
+      end
+      if ok then
+        local tail = last_repeat
+        if tail > 0 then
+          tail = tail + 1
+          while kinds[tail] == 40 or kinds[tail] == 41 do tail = tail + 1 end
+        end
+        -- Counted as the metered matcher counts: a start enters the matcher and tries
+        -- each item (2 per pattern byte at most), a scanned character is tested and the
+        -- way on from it tried (2 per unit of scan).
+        local linear = false
+        if repeats_count == 0 then
+          linear = 2 * len + 1
+        elseif repeats_count == 1 and tail > count then
+          linear = 2 * len + 1 + 2 * (ends[last_repeat] - starts[last_repeat] + 1)
+        end
+        result = { linear, 2 * scan }
+      end
+    end
+    if shapes_seen_count >= 256 then shapes_seen, shapes_seen_count = {}, 0 end
+    shapes_seen[p] = result
+    shapes_seen_count = shapes_seen_count + 1
+    return result
+  end
+
   -- The worst-case steps of the native matcher on this call, or nil when it must not run
-  -- (0: an argument the native refuses, or a pattern it cannot backtrack on).
+  -- (0: an argument the native refuses, or a pattern it cannot backtrack on); and whether
+  -- that bound holds for a gmatch's whole iteration (a linear pattern) rather than for
+  -- each of its calls.
   local function native_cost(s, p)
     local k = repeats(p)
     if k == nil or (type(s) ~= "string" and type(s) ~= "number") then return 0 end
@@ -432,8 +565,14 @@ do
     local ops = n
     for _ = 1, k do
       ops = ops * n
-      if ops > NATIVE_PATTERN_OPS then return nil end
+      if ops > NATIVE_PATTERN_OPS then ops = nil break end
     end
+    if ops ~= nil then return ops end
+    local known = shape(p)
+    if not known then return nil end
+    if known[1] then return n * known[1], true end
+    ops = n * (2 * #p + 1 + n * known[2])
+    if ops > NATIVE_PATTERN_OPS then return nil end
     return ops
   end
 
@@ -471,10 +610,14 @@ do
     if (ts ~= "string" and ts ~= "number") or (tp ~= "string" and tp ~= "number") then
       return s_gmatch(...)  -- the native's own argument error
     end
-    local ops = native_cost(s, p)
+    local ops, whole = native_cost(s, p)
     local iter
     if ops == nil then
       iter = metered().gmatch(s, p)
+    elseif whole then
+      charge_ops(ops)  -- the whole iteration's
+      local step = s_gmatch(s, p)
+      iter = function() return step() end
     else
       local step = s_gmatch(s, p)
       iter = function()

@@ -74,8 +74,9 @@ _OVERFLOWS = {
     "format": "local mt = {} mt.__tostring = function() return string.format('%s', setmetatable({}, mt)) end\n"
               "local function f() return string.format('%s', setmetatable({}, mt)) end",
     "foreachi": "local function f(n) return table.foreachi({1}, function() return f(n + 1) + 1 end) end",
+    # A pattern that can backtrack on a long subject: the metered gsub.
     "gsub_metered": "local s = ('a'):rep(400)\n"
-                    "local function f(n) return (s:gsub('a+', function() return f(n + 1) end)) end",
+                    "local function f(n) return (s:gsub('a-a', function() return f(n + 1) end)) end",
 }
 
 
