@@ -831,13 +831,32 @@ do
   end
   library_frames[format_objects] = ""  -- string.format hands its frame to it
 
-  -- Format strings known to hold no 'p' (so no %p): bounded, emptied when full.
+  -- Format strings known to hold no %p: bounded, emptied when full.
   local formats_plain, formats_plain_count = {}, 0
+
+  -- Whether a format holds a %p conversion, read as format_objects reads it (a format
+  -- with the letter elsewhere, "path=%s", is plain: it once took the slow path on every
+  -- call, ten times the native's time).
+  local function holds_p(fmt)
+    local i = 1
+    while true do
+      local p = s_find(fmt, "%", i, true)
+      if p == nil then return false end
+      if s_byte(fmt, p + 1) == 37 then
+        i = p + 2
+      else
+        local c = s_find(fmt, "[^-+ #0-9.]", p + 1)
+        if c == nil then return false end
+        if s_byte(fmt, c) == 112 then return true end
+        i = c + 1
+      end
+    end
+  end
 
   local function format_slow(...)
     local fmt = ...
     if type(fmt) ~= "string" then return s_format(...) end  -- the native's own error
-    local plain = s_find(fmt, "p", 1, true) == nil
+    local plain = not holds_p(fmt)
     if plain then
       if formats_plain_count >= 256 then formats_plain, formats_plain_count = {}, 0 end
       formats_plain[fmt] = true
@@ -851,12 +870,30 @@ do
     return s_format(...)
   end
 
+  -- The bytes an argument adds, or far below zero for one that is not a primitive (the
+  -- slow path's): a sum of them is negative as soon as one is an object.
+  local NOT_PRIMITIVE = -2 ^ 52
+  local function arg_bytes(v)
+    local tv = type(v)
+    if tv == "string" then return #v end
+    if PRIMITIVE[tv] then return 0 end
+    return NOT_PRIMITIVE
+  end
+
   -- string.format is charged before it runs, for the length of its format and arguments,
   -- and called last: code after a call the JIT cannot compile would push the caller's
-  -- loop out of its trace.
+  -- loop out of its trace. Up to eight arguments are read by name: a loop of select(i,
+  -- ...) over them stays out of the caller's trace and costs a call several times over.
   function wrapped_lib.string.format(...)
-    local fmt = ...
+    local fmt, a, b, c, d, e, f, g, h = ...
     if formats_plain[fmt] then
+      if select("#", ...) <= 9 then
+        local bytes = #fmt + arg_bytes(a) + arg_bytes(b) + arg_bytes(c) + arg_bytes(d)
+          + arg_bytes(e) + arg_bytes(f) + arg_bytes(g) + arg_bytes(h)
+        if bytes < 0 then return format_slow(...) end
+        if bytes >= WORK_PER_STEP then charge_work(bytes) end
+        return s_format(...)
+      end
       local bytes = 0
       for i = 1, select("#", ...) do
         local v = select(i, ...)

@@ -202,6 +202,17 @@ def test_format_p_of_values_without_an_address():
     assert run(True, "return string.format('%p %p %p', 1, 'x', nil)").value == "NULL NULL NULL"
 
 
+@pytest.mark.parametrize("fmt, args, shown", [
+    ("path=%s", "'x'", "path=x"), ("%%p %d", "7", "%p 7"), ("%-4.3s p", "'abcd'", "abc  p"),
+    ("%p", "t", "0x00000001"), ("%12p", "t", "  0x00000001"), ("x %%%p", "t", "x %0x00000001"),
+    ("%d %s %-11p|", "1, 'y', t", "1 y 0x00000001 |"),
+])
+def test_only_a_p_conversion_makes_a_format_show_ids(fmt, args, shown):
+    # A format is read for %p as the slow path rewrites it: the letter elsewhere leaves it
+    # on the fast path; the conversion, after any flags, shows an id, never an address.
+    assert run(True, f"local t = {{}} return string.format({fmt!r}, {args})").value == shown
+
+
 # -- results unchanged ----------------------------------------------------------------------
 
 _NATIVE = lupa.luajit21.LuaRuntime()  # the same LuaJIT, without the guards: the oracle
