@@ -226,6 +226,7 @@ do
   -- charge comes soon after the hook finds the window spent inside the prelude (the hook
   -- then fires at every instruction until one does).
   local SORT_BATCH = 64
+  local MERGE_BATCH = 16  -- a merge's comparisons charged at once: its loop is shorter
   local rawset_, rawequal_, log, min = rawset, rawequal, math.log, math.min
 
   -- `a < b` as the native sort compares values without a comparator, its errors worded
@@ -315,17 +316,115 @@ do
     end
   end
 
+  local function charge_native_sort(n)
+    if n > 1 then charge(floor(n * (log(n) / log(2) + 1) / COMPARISONS_PER_STEP) + 1) end
+  end
+
+  -- Whether t[1..n], all numbers or all strings, has one sorted order, so that any sort
+  -- leaves what the native sort leaves: equal strings are one value, and equal numbers
+  -- are told apart only as 0 and -0 (a NaN orders nothing). Charged as kind_of.
+  local function one_order(t, n, kind)
+    if kind == "string" then return true end
+    local zeros = 0
+    for base = 1, n, WORK_PER_STEP do
+      charge(1)
+      for i = base, min(base + WORK_PER_STEP - 1, n) do
+        local v = rawget_(t, i)
+        if v ~= v then return false end
+        if v == 0 then
+          zeros = zeros + 1
+          if zeros > 1 then return false end
+        end
+      end
+    end
+    return true
+  end
+
+  -- Whether the heap has room for two copies of n values (a copy is ~8 bytes a value).
+  local function room_for(n)
+    local kb = collectgarbage("count") + n * 16 / 1024 + 64
+    return kb < m_alloc_kb and (b_max_memory <= 0 or kb * 1024 < b_max_memory)
+  end
+
+  -- A sort of values with one sorted order (above): blocks of SORT_NATIVE_MAX values
+  -- sorted natively, each charged as a native sort, then merged here, a comparison per
+  -- value and round, charged as the quicksort's are: n*log2(n/4096) comparisons in Lua
+  -- instead of n*log2(n), each without a call. t is written once, at the end. Every loop
+  -- charges at least every WORK_PER_STEP values: under the count hook, the meter polls
+  -- in the prelude only at a charge (the hook fires at every instruction until one).
+  --
+  -- Values can be chosen to make the native quicksort quadratic; with one sorted order,
+  -- the order a block is handed over in changes nothing but its time, so each block is
+  -- shuffled first (a generator seeded from the clock: no mod can know it), and a block
+  -- costs what a sort of 4096 values in no chosen order costs.
+  local function merge_sort(t, n)
+    local src, dst, block = {}, {}, {}
+    local seed = floor(now() * 1e6) % 2147483646 + 1
+    for base = 1, n, SORT_NATIVE_MAX do
+      local m = min(SORT_NATIVE_MAX, n - base + 1)
+      for b = 1, m, WORK_PER_STEP do
+        charge(1)
+        for i = b, min(b + WORK_PER_STEP - 1, m) do
+          seed = (seed * 16807) % 2147483647
+          local j = seed % i + 1  -- Fisher-Yates, inside out: block[1..i] is a shuffle
+          block[i] = block[j]
+          block[j] = rawget_(t, base + i - 1)
+        end
+      end
+      for i = m + 1, #block do block[i] = nil end
+      charge_native_sort(m)
+      t_sort(block)
+      for b = 1, m, WORK_PER_STEP do
+        charge(1)
+        for i = b, min(b + WORK_PER_STEP - 1, m) do src[base + i - 1] = block[i] end
+      end
+    end
+    local width, ops = SORT_NATIVE_MAX, 0
+    while width < n do
+      for lo = 1, n, 2 * width do
+        local mid, hi = min(lo + width, n + 1), min(lo + 2 * width, n + 1)
+        local i, j = lo, mid
+        for k = lo, hi - 1 do
+          ops = ops + 1
+          if ops >= MERGE_BATCH then
+            ops = 0
+            charge(MERGE_BATCH / COMPARISONS_PER_STEP)
+          end
+          local a = src[i]
+          if j >= hi or (i < mid and not (src[j] < a)) then
+            dst[k] = a
+            i = i + 1
+          else
+            dst[k] = src[j]
+            j = j + 1
+          end
+        end
+      end
+      src, dst = dst, src
+      width = width * 2
+    end
+    for b = 1, n, WORK_PER_STEP do
+      charge(1)
+      for i = b, min(b + WORK_PER_STEP - 1, n) do rawset_(t, i, src[i]) end
+    end
+  end
+
   -- Sorts t[1..n] by the rule above; lt nil: the natural order, and `kind` tells what
   -- t[1..n] holds: "number" or "string" (all of that type), "plain" (no table) or nil.
   charged_sort = function(t, n, lt, kind)
     if lt == nil and kind ~= nil and n <= SORT_NATIVE_MAX then
-      if n > 1 then charge(floor(n * (log(n) / log(2) + 1) / COMPARISONS_PER_STEP) + 1) end
+      charge_native_sort(n)
       return t_sort(t)
+    end
+    if lt == nil and (kind == "number" or kind == "string") and room_for(n)
+      and one_order(t, n, kind) then
+      return merge_sort(t, n)
     end
     if lt == nil and kind ~= "number" and kind ~= "string" then lt = natural_less end
     return lua_sort(t, n, lt)
   end
   library_frames[lua_sort] = ""
+  library_frames[merge_sort] = ""
 
   -- What t[1..n] holds, as charged_sort takes it. The scan is charged as it goes, a step
   -- per WORK_PER_STEP values (under the count hook, a charge is also where the meter
