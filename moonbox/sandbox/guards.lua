@@ -134,6 +134,7 @@ end
 
 function wrapped.unpack(...)
   local t, i, j = ...
+  if type(t) ~= "table" then return unpack_(...) end  -- the native's own argument error
   local first = tonumber(i) or 1
   local last = tonumber(j)
   if last == nil and type(t) == "table" then last = #t end

@@ -230,6 +230,16 @@ def test_tostring_still_runs_a_tables_own_tostring():
     assert out.values == ("mine", "mine")
 
 
+def test_unpack_of_what_is_no_table_is_its_argument_error_whatever_the_range():
+    # Found by the conformance generator: the range was charged (here without end) before
+    # the native could refuse its first argument.
+    src = "local ok, e = pcall(function() local x = unpack(0, 0, 1/0) return x end) return e"
+    plain = lupa.luajit21.LuaRuntime().eval("function(c) return load(c, '=x')() end")(src)
+    assert plain == "x:1: bad argument #1 to 'unpack' (table expected, got number)"
+    out = Sandbox().run(src, "=x")
+    assert out.status == "done" and out.value == plain, out
+
+
 def test_format_p_of_values_without_an_address():
     assert run(True, "return string.format('%p %p %p', 1, 'x', nil)").value == "NULL NULL NULL"
 
