@@ -130,7 +130,10 @@ def _install_heap(rt: Any) -> bool:
     it. lupa's count of used bytes and its limit stay the runtime's accounting."""
     if _heap is None:
         return False
-    return _with_thread(rt, lambda address: bool(_heap[0](lua.__file__, address, rt)))
+    try:
+        return _with_thread(rt, lambda address: bool(_heap[0](lua.__file__, address, rt)))
+    except TypeError:  # a build of the module older than its source: lupa's allocator
+        return False
 
 
 def uses_compiled_heap(rt: Any) -> bool:

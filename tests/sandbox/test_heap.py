@@ -227,3 +227,14 @@ def test_an_isolated_worker_under_its_address_space_limit_trips_cleanly():
             "        print(out.status, out.error.budget)\n"
             "    print(sb.run('local t = {} for i = 1, 1e5 do t[i] = {i} end return #t').values)\n")
     assert _run_python(code).split() == ["budget", "memory", "budget", "memory", "(100000,)"]
+
+
+def test_a_stale_build_of_the_module_leaves_lupas_allocator(monkeypatch):
+    # A build older than its source (install() of another arity) must not stop every
+    # sandbox from opening: the runtime keeps lupa's allocator.
+    def old_install(library, thread):
+        raise AssertionError("never called with two arguments")
+
+    monkeypatch.setattr(_runtime, "_heap", (old_install, lambda library, thread: False))
+    with Sandbox() as sb:
+        assert sb.run("return #{1, 2, 3}").values == (3,)
