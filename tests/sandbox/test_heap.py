@@ -63,7 +63,7 @@ def test_a_sandbox_runtime_allocates_through_the_compiled_heap():
 
 @needs_heap
 def test_every_kind_of_block_gives_the_same_result_and_count_as_lupas_allocator(monkeypatch):
-    budget = Budget(max_memory="32MB", alloc_bytes="32MB")
+    budget = Budget(max_memory="32MB", alloc_bytes="32MB", wall_s=60)
     with Sandbox(budget, seed=1) as fast:
         assert uses_compiled_heap(fast._rt)
         value = fast.run(CHURN, "=churn").unwrap()
@@ -87,7 +87,7 @@ def test_every_kind_of_block_gives_the_same_result_and_count_as_lupas_allocator(
     "local t = {} for i = 1, 1e9 do t[i] = i end",
 ], ids=["small-tables", "doubling-strings", "growing-array"])
 def test_the_heap_cap_trips_as_with_lupas_allocator(src):
-    with Sandbox(Budget(max_memory="8MB", alloc_bytes="64MB")) as sb:
+    with Sandbox(Budget(max_memory="8MB", alloc_bytes="64MB", wall_s=60)) as sb:
         assert uses_compiled_heap(sb._rt)
         out = sb.run(src, "=grow")
         assert out.status == "budget" and out.error.budget == "memory"
@@ -103,7 +103,7 @@ def test_the_heap_is_gone_with_its_runtime():
     gc.collect()
     before = _heap.segments()
     for _ in range(20):
-        sb = Sandbox(Budget(max_memory="32MB", alloc_bytes="32MB"))
+        sb = Sandbox(Budget(max_memory="32MB", alloc_bytes="32MB", wall_s=60))
         sb.run("local t = {} for i = 1, 2e5 do t[i] = {i} end return #t").unwrap()
         assert _heap.segments() > before
         sb.close()
@@ -158,7 +158,8 @@ def test_the_heap_maps_no_more_than_its_cap_however_fragmented():
 
     gc.collect()
     before = _heap.segments()
-    with Sandbox(Budget(max_memory="16MB", alloc_bytes="16MB", steps=1 << 40)) as sb:
+    budget = Budget(max_memory="16MB", alloc_bytes="16MB", steps=1 << 40, wall_s=120)
+    with Sandbox(budget) as sb:
         assert uses_compiled_heap(sb._rt)
         out = sb.run(FRAGMENTING, "=fragment")
         assert out.status == "done", out
@@ -175,7 +176,7 @@ def test_many_runtimes_at_once_closed_in_any_order_give_their_heaps_back():
     before = _heap.segments()
     boxes, chunks = [], []
     for i in range(40):
-        sb = Sandbox(Budget(max_memory="24MB", alloc_bytes="24MB"))
+        sb = Sandbox(Budget(max_memory="24MB", alloc_bytes="24MB", wall_s=60))
         n = 1000 + 997 * i
         assert sb.run(f"G = {{}} for i = 1, {n} do G[i] = {{i, tostring(i)}} end "
                       "return #G").values == (n,)
@@ -207,7 +208,7 @@ def test_without_the_module_runtimes_keep_lupas_allocator_and_the_cap():
             "sys.modules['moonbox.sandbox._heap'] = None  # as where it was not built\n"
             "from moonbox import Budget, Sandbox\n"
             "from moonbox.sandbox._runtime import compiled_heap, uses_compiled_heap\n"
-            "with Sandbox(Budget(max_memory='8MB', alloc_bytes='64MB')) as sb:\n"
+            "with Sandbox(Budget(max_memory='8MB', alloc_bytes='64MB', wall_s=60)) as sb:\n"
             "    out = sb.run('local t = {} while true do t[#t + 1] = {} end')\n"
             "    print(compiled_heap(), uses_compiled_heap(sb._rt), out.error.budget)\n")
     assert _run_python(code).split() == ["False", "False", "memory"]
@@ -219,7 +220,7 @@ def test_an_isolated_worker_under_its_address_space_limit_trips_cleanly():
     # that fills its cap trips on memory, and the worker goes on.
     code = ("from moonbox import Budget\n"
             "from moonbox.isolation import IsolatedSandbox\n"
-            "budget = Budget(max_memory='96MB', alloc_bytes='96MB')\n"
+            "budget = Budget(max_memory='96MB', alloc_bytes='96MB', wall_s=120)\n"
             "with IsolatedSandbox(budget, memory_limit_bytes=768 << 20) as sb:\n"
             "    for src in ['local t = {} while true do t[#t + 1] = {} end',\n"
             "                'local t = {} for i = 1, 1e9 do t[i] = (\"x\"):rep(i % 900) .. i end']:\n"
