@@ -26,6 +26,7 @@ from typing import Any
 from .._errors import HostError
 from ..isolation._protocol import compiled_wire
 from ..sandbox import Budget, Sandbox
+from ..sandbox._runtime import compiled_heap
 from ._baseline import interleaved, raw_luajit
 from ._isolation import TARGET_ROUND_TRIP_US, isolation_costs
 from ._workloads import (
@@ -307,4 +308,7 @@ def _environment() -> dict[str, Any]:
         # How isolated sandboxes wait for and read each other's frames (see
         # moonbox/isolation/_wire.c): "python" where the compiled module was not built.
         "isolation_wire": "compiled" if compiled_wire() else "python",
+        # The allocator of sandbox runtimes (see moonbox/sandbox/_heap.c): "lupa" where the
+        # compiled module was not built.
+        "heap": "compiled" if compiled_heap() else "lupa",
     }

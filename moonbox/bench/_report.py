@@ -123,7 +123,7 @@ def _render_suite(report: dict[str, Any], console: Console) -> None:
         f"[bold]moonbox bench --suite[/]: {len(report['programs'])} programs, median of "
         f"{report['rounds']} interleaved rounds, each sample in a fresh runtime; "
         f"{env['luajit']}, lupa {env['lupa']}, Python {env['python']}, {env['cpus']} CPUs, "
-        f"{report['elapsed_s']:.0f} s"
+        f"sandbox allocator: {env['heap']}, {report['elapsed_s']:.0f} s"
     )
     table = Table(title="Programs: ms per run, and moonbox's ratio to raw LuaJIT (JIT on)")
     headers = ["program", "raw ms", "moonbox ms", "ratio", "range"]

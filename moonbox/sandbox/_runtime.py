@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
@@ -93,6 +94,54 @@ class _Deny:
 
 _DENY = _Deny()
 
+# The compiled allocator (see _heap.c), unless it was not built or HEAP_ENV says "lupa".
+HEAP_ENV = "MOONBOX_SANDBOX_HEAP"
+_heap: Any = None
+if os.environ.get(HEAP_ENV) != "lupa":
+    try:
+        from ._heap import install as _heap_install
+        from ._heap import installed as _heap_installed
+    except ImportError:  # no C compiler where moonbox was installed: lupa's allocator
+        pass
+    else:
+        _heap = (_heap_install, _heap_installed)
+
+
+def compiled_heap() -> bool:
+    """Whether new runtimes allocate through the compiled allocator (see ``_heap.c``),
+    under the same heap cap as lupa's."""
+    return _heap is not None
+
+
+def _with_thread(rt: Any, use: Callable[[int], bool]) -> bool:
+    # A live coroutine's address (tostring shows it) reaches the runtime's shared state.
+    thread, text = rt.execute("local co = coroutine.create(function() end) "
+                              "return co, tostring(co)")
+    try:
+        return use(int(text.rpartition(b"0x")[2], 16))
+    except ValueError:
+        return False
+    finally:
+        del thread
+
+
+def _install_heap(rt: Any) -> bool:
+    """Give a runtime just created with max_memory the compiled allocator; whether it has
+    it. lupa's count of used bytes and its limit stay the runtime's accounting."""
+    if _heap is None:
+        return False
+    try:
+        return _with_thread(rt, lambda address: bool(_heap[0](lua.__file__, address, rt)))
+    except TypeError:  # a build of the module older than its source: lupa's allocator
+        return False
+
+
+def uses_compiled_heap(rt: Any) -> bool:
+    """Whether the runtime allocates through the compiled allocator."""
+    if _heap is None:
+        return False
+    return _with_thread(rt, lambda address: bool(_heap[1](lua.__file__, address)))
+
 
 def open_runtime(
     *,
@@ -117,6 +166,7 @@ def open_runtime(
         attribute_handlers=(_DENY, _DENY),
         max_memory=max_memory_bytes,
     )
+    _install_heap(rt)
     config = to_lua(
         rt,
         {

@@ -134,6 +134,7 @@ end
 
 function wrapped.unpack(...)
   local t, i, j = ...
+  if type(t) ~= "table" then return unpack_(...) end  -- the native's own argument error
   local first = tonumber(i) or 1
   local last = tonumber(j)
   if last == nil and type(t) == "table" then last = #t end
@@ -226,6 +227,7 @@ do
   -- charge comes soon after the hook finds the window spent inside the prelude (the hook
   -- then fires at every instruction until one does).
   local SORT_BATCH = 64
+  local MERGE_BATCH = 16  -- a merge's comparisons charged at once: its loop is shorter
   local rawset_, rawequal_, log, min = rawset, rawequal, math.log, math.min
 
   -- `a < b` as the native sort compares values without a comparator, its errors worded
@@ -315,17 +317,115 @@ do
     end
   end
 
+  local function charge_native_sort(n)
+    if n > 1 then charge(floor(n * (log(n) / log(2) + 1) / COMPARISONS_PER_STEP) + 1) end
+  end
+
+  -- Whether t[1..n], all numbers or all strings, has one sorted order, so that any sort
+  -- leaves what the native sort leaves: equal strings are one value, and equal numbers
+  -- are told apart only as 0 and -0 (a NaN orders nothing). Charged as kind_of.
+  local function one_order(t, n, kind)
+    if kind == "string" then return true end
+    local zeros = 0
+    for base = 1, n, WORK_PER_STEP do
+      charge(1)
+      for i = base, min(base + WORK_PER_STEP - 1, n) do
+        local v = rawget_(t, i)
+        if v ~= v then return false end
+        if v == 0 then
+          zeros = zeros + 1
+          if zeros > 1 then return false end
+        end
+      end
+    end
+    return true
+  end
+
+  -- Whether the heap has room for two copies of n values (a copy is ~8 bytes a value).
+  local function room_for(n)
+    local kb = collectgarbage("count") + n * 16 / 1024 + 64
+    return kb < m_alloc_kb and (b_max_memory <= 0 or kb * 1024 < b_max_memory)
+  end
+
+  -- A sort of values with one sorted order (above): blocks of SORT_NATIVE_MAX values
+  -- sorted natively, each charged as a native sort, then merged here, a comparison per
+  -- value and round, charged as the quicksort's are: n*log2(n/4096) comparisons in Lua
+  -- instead of n*log2(n), each without a call. t is written once, at the end. Every loop
+  -- charges at least every WORK_PER_STEP values: under the count hook, the meter polls
+  -- in the prelude only at a charge (the hook fires at every instruction until one).
+  --
+  -- Values can be chosen to make the native quicksort quadratic; with one sorted order,
+  -- the order a block is handed over in changes nothing but its time, so each block is
+  -- shuffled first (a generator seeded from the clock: no mod can know it), and a block
+  -- costs what a sort of 4096 values in no chosen order costs.
+  local function merge_sort(t, n)
+    local src, dst, block = {}, {}, {}
+    local seed = floor(now() * 1e6) % 2147483646 + 1
+    for base = 1, n, SORT_NATIVE_MAX do
+      local m = min(SORT_NATIVE_MAX, n - base + 1)
+      for b = 1, m, WORK_PER_STEP do
+        charge(1)
+        for i = b, min(b + WORK_PER_STEP - 1, m) do
+          seed = (seed * 16807) % 2147483647
+          local j = seed % i + 1  -- Fisher-Yates, inside out: block[1..i] is a shuffle
+          block[i] = block[j]
+          block[j] = rawget_(t, base + i - 1)
+        end
+      end
+      for i = m + 1, #block do block[i] = nil end
+      charge_native_sort(m)
+      t_sort(block)
+      for b = 1, m, WORK_PER_STEP do
+        charge(1)
+        for i = b, min(b + WORK_PER_STEP - 1, m) do src[base + i - 1] = block[i] end
+      end
+    end
+    local width, ops = SORT_NATIVE_MAX, 0
+    while width < n do
+      for lo = 1, n, 2 * width do
+        local mid, hi = min(lo + width, n + 1), min(lo + 2 * width, n + 1)
+        local i, j = lo, mid
+        for k = lo, hi - 1 do
+          ops = ops + 1
+          if ops >= MERGE_BATCH then
+            ops = 0
+            charge(MERGE_BATCH / COMPARISONS_PER_STEP)
+          end
+          local a = src[i]
+          if j >= hi or (i < mid and not (src[j] < a)) then
+            dst[k] = a
+            i = i + 1
+          else
+            dst[k] = src[j]
+            j = j + 1
+          end
+        end
+      end
+      src, dst = dst, src
+      width = width * 2
+    end
+    for b = 1, n, WORK_PER_STEP do
+      charge(1)
+      for i = b, min(b + WORK_PER_STEP - 1, n) do rawset_(t, i, src[i]) end
+    end
+  end
+
   -- Sorts t[1..n] by the rule above; lt nil: the natural order, and `kind` tells what
   -- t[1..n] holds: "number" or "string" (all of that type), "plain" (no table) or nil.
   charged_sort = function(t, n, lt, kind)
     if lt == nil and kind ~= nil and n <= SORT_NATIVE_MAX then
-      if n > 1 then charge(floor(n * (log(n) / log(2) + 1) / COMPARISONS_PER_STEP) + 1) end
+      charge_native_sort(n)
       return t_sort(t)
+    end
+    if lt == nil and (kind == "number" or kind == "string") and room_for(n)
+      and one_order(t, n, kind) then
+      return merge_sort(t, n)
     end
     if lt == nil and kind ~= "number" and kind ~= "string" then lt = natural_less end
     return lua_sort(t, n, lt)
   end
   library_frames[lua_sort] = ""
+  library_frames[merge_sort] = ""
 
   -- What t[1..n] holds, as charged_sort takes it. The scan is charged as it goes, a step
   -- per WORK_PER_STEP values (under the count hook, a charge is also where the meter
@@ -423,8 +523,141 @@ do
     return k
   end
 
+  -- Patterns whose repeats cannot backtrack. A repeating item (* + - ?) of one character
+  -- class X is *safe* when what must come next cannot be in X: a literal character not in
+  -- X (captures between apart), or the pattern's closing `$`. Then, of the positions the
+  -- native tries after X, all but one fail at once, so X costs a scan of the subject and
+  -- one way on, and a pattern of safe repeats costs per start at most its length plus a
+  -- scan per repeat: (n + 1) * (2#p + 1 + (n + 1) * scan), scan twice the repeats' class
+  -- widths + 1. A pattern whose only repeat is its last item (captures apart), or with no
+  -- repeat, is *linear*: reaching that item is a match, so its scan is what the match
+  -- spans, and a find, a gmatch's whole iteration or a gsub costs at most
+  -- (n + 1) * (2#p + 3 + 2 * width): like a plain find, it stays native at any size,
+  -- charged for that (tests/sandbox/test_pattern_shapes.py holds both against the work). Anything else (%b, back-references, %f as a
+  -- follower, a repeat followed by a class or by another repeat) keeps the bound above.
+  -- Per pattern: false (neither), or {linear cost per subject byte, or false; scan}.
+  local shapes_seen, shapes_seen_count = {}, 0
+  local s_char_ = string.char
+  local QUANTIFIER = { [42] = true, [43] = true, [45] = true, [63] = true }  -- * + - ?
+
+  local function class_end(p, i, len)  -- the index after the class at i, or nil
+    local c = s_byte(p, i)
+    if c == 37 then return i + 1 < len + 1 and i + 2 or nil end  -- %x
+    if c ~= 91 then return i + 1 end
+    local j = i + 1  -- a set, as the native reads it: a first "]" is a member
+    if s_byte(p, j) == 94 then j = j + 1 end
+    repeat
+      if j > len then return nil end
+      local d = s_byte(p, j)
+      j = j + 1
+      if d == 37 then j = j + 1 end
+    until s_byte(p, j) == 93
+    return j + 1
+  end
+
+  local function literal_of(p, i, e)  -- the character a one-class item at i..e-1 stands for
+    local c = s_byte(p, i)
+    if e == i + 1 then return c ~= 46 and c or nil end  -- not "."
+    if c == 37 and e == i + 2 then
+      local d = s_byte(p, i + 1)
+      if not ((d >= 48 and d <= 57) or (d >= 65 and d <= 90) or (d >= 97 and d <= 122)) then
+        return d  -- %] %. %% ...: an escaped literal
+      end
+    end
+    return nil
+  end
+
+  local function shape(p)
+    local seen = shapes_seen[p]
+    if seen ~= nil then return seen end
+    local len = #p
+    -- The items: a one-class item is its start, end and quantifier; captures are "(" and
+    -- ")"; "$" is a closing anchor; anything else makes the pattern neither kind.
+    local starts, ends, quants, kinds, count = {}, {}, {}, {}, 0
+    -- A leading "^" anchors (gmatch reads it as a character: the same bound, unless a
+    -- quantifier follows it, which makes it a repeat there).
+    local i = s_byte(p, 1) == 94 and 2 or 1
+    local ok = len <= 256 and not (i == 2 and QUANTIFIER[s_byte(p, 2)])
+    while ok and i <= len do
+      local c = s_byte(p, i)
+      count = count + 1
+      if c == 40 or c == 41 then
+        kinds[count] = c
+        i = i + 1
+      elseif c == 36 and i == len then
+        kinds[count] = 36
+        i = i + 1
+      elseif c == 37 and (s_byte(p, i + 1) == 98 or s_byte(p, i + 1) == 102
+                          or (s_byte(p, i + 1) or 0) >= 48 and (s_byte(p, i + 1) or 0) <= 57) then
+        ok = false  -- %b, %f, a back-reference
+      else
+        local e = class_end(p, i, len)
+        if e == nil then
+          ok = false
+        else
+          kinds[count], starts[count], ends[count] = 0, i, e
+          local q = s_byte(p, e)
+          if QUANTIFIER[q] then quants[count] = q e = e + 1 end
+          i = e
+        end
+      end
+    end
+    local result = false
+    if ok then
+      local repeats_count, last_repeat, scan = 0, 0, 0
+      for n = 1, count do
+        if ok and quants[n] then
+          repeats_count, last_repeat = repeats_count + 1, n
+          local m = n + 1
+          while kinds[m] == 40 or kinds[m] == 41 do m = m + 1 end
+          local width = ends[n] - starts[n]
+          if m > count then  -- the last item: the match ends with it
+            scan = scan + width + 1 + (m - n)
+          elseif kinds[m] == 36 then
+            scan = scan + width + 1 + (m - n)
+          elseif kinds[m] == 0 and (quants[m] == nil or quants[m] == 43) then
+            local lit = literal_of(p, starts[m], ends[m])
+            -- Whether the class holds the literal: the native, on one character ("()"
+            -- after it, so a "$" class is a character, not the anchor).
+            if lit ~= nil and s_find(s_char_(lit), "^" .. s_sub(p, starts[n], ends[n] - 1)
+                                     .. "()") == nil then
+              scan = scan + width + 1 + (m - n)
+            else
+              ok = false
+            end
+          else
+            ok = false
+          end
+        end
+      end
+      if ok then
+        local tail = last_repeat
+        if tail > 0 then
+          tail = tail + 1
+          while kinds[tail] == 40 or kinds[tail] == 41 do tail = tail + 1 end
+        end
+        -- Counted as the metered matcher counts: a start enters the matcher and tries
+        -- each item (2 per pattern byte at most), a scanned character is tested and the
+        -- way on from it tried (2 per unit of scan).
+        local linear = false
+        if repeats_count == 0 then
+          linear = 2 * len + 1
+        elseif repeats_count == 1 and tail > count then
+          linear = 2 * len + 1 + 2 * (ends[last_repeat] - starts[last_repeat] + 1)
+        end
+        result = { linear, 2 * scan }
+      end
+    end
+    if shapes_seen_count >= 256 then shapes_seen, shapes_seen_count = {}, 0 end
+    shapes_seen[p] = result
+    shapes_seen_count = shapes_seen_count + 1
+    return result
+  end
+
   -- The worst-case steps of the native matcher on this call, or nil when it must not run
-  -- (0: an argument the native refuses, or a pattern it cannot backtrack on).
+  -- (0: an argument the native refuses, or a pattern it cannot backtrack on); and whether
+  -- that bound holds for a gmatch's whole iteration (a linear pattern) rather than for
+  -- each of its calls.
   local function native_cost(s, p)
     local k = repeats(p)
     if k == nil or (type(s) ~= "string" and type(s) ~= "number") then return 0 end
@@ -432,8 +665,14 @@ do
     local ops = n
     for _ = 1, k do
       ops = ops * n
-      if ops > NATIVE_PATTERN_OPS then return nil end
+      if ops > NATIVE_PATTERN_OPS then ops = nil break end
     end
+    if ops ~= nil then return ops end
+    local known = shape(p)
+    if not known then return nil end
+    if known[1] then return n * known[1], true end
+    ops = n * (2 * #p + 1 + n * known[2])
+    if ops > NATIVE_PATTERN_OPS then return nil end
     return ops
   end
 
@@ -471,10 +710,14 @@ do
     if (ts ~= "string" and ts ~= "number") or (tp ~= "string" and tp ~= "number") then
       return s_gmatch(...)  -- the native's own argument error
     end
-    local ops = native_cost(s, p)
+    local ops, whole = native_cost(s, p)
     local iter
     if ops == nil then
       iter = metered().gmatch(s, p)
+    elseif whole then
+      charge_ops(ops)  -- the whole iteration's
+      local step = s_gmatch(s, p)
+      iter = function() return step() end
     else
       local step = s_gmatch(s, p)
       iter = function()
@@ -688,13 +931,32 @@ do
   end
   library_frames[format_objects] = ""  -- string.format hands its frame to it
 
-  -- Format strings known to hold no 'p' (so no %p): bounded, emptied when full.
+  -- Format strings known to hold no %p: bounded, emptied when full.
   local formats_plain, formats_plain_count = {}, 0
+
+  -- Whether a format holds a %p conversion, read as format_objects reads it (a format
+  -- with the letter elsewhere, "path=%s", is plain: it once took the slow path on every
+  -- call, ten times the native's time).
+  local function holds_p(fmt)
+    local i = 1
+    while true do
+      local p = s_find(fmt, "%", i, true)
+      if p == nil then return false end
+      if s_byte(fmt, p + 1) == 37 then
+        i = p + 2
+      else
+        local c = s_find(fmt, "[^-+ #0-9.]", p + 1)
+        if c == nil then return false end
+        if s_byte(fmt, c) == 112 then return true end
+        i = c + 1
+      end
+    end
+  end
 
   local function format_slow(...)
     local fmt = ...
     if type(fmt) ~= "string" then return s_format(...) end  -- the native's own error
-    local plain = s_find(fmt, "p", 1, true) == nil
+    local plain = not holds_p(fmt)
     if plain then
       if formats_plain_count >= 256 then formats_plain, formats_plain_count = {}, 0 end
       formats_plain[fmt] = true
@@ -708,12 +970,30 @@ do
     return s_format(...)
   end
 
+  -- The bytes an argument adds, or far below zero for one that is not a primitive (the
+  -- slow path's): a sum of them is negative as soon as one is an object.
+  local NOT_PRIMITIVE = -2 ^ 52
+  local function arg_bytes(v)
+    local tv = type(v)
+    if tv == "string" then return #v end
+    if PRIMITIVE[tv] then return 0 end
+    return NOT_PRIMITIVE
+  end
+
   -- string.format is charged before it runs, for the length of its format and arguments,
   -- and called last: code after a call the JIT cannot compile would push the caller's
-  -- loop out of its trace.
+  -- loop out of its trace. Up to eight arguments are read by name: a loop of select(i,
+  -- ...) over them stays out of the caller's trace and costs a call several times over.
   function wrapped_lib.string.format(...)
-    local fmt = ...
+    local fmt, a, b, c, d, e, f, g, h = ...
     if formats_plain[fmt] then
+      if select("#", ...) <= 9 then
+        local bytes = #fmt + arg_bytes(a) + arg_bytes(b) + arg_bytes(c) + arg_bytes(d)
+          + arg_bytes(e) + arg_bytes(f) + arg_bytes(g) + arg_bytes(h)
+        if bytes < 0 then return format_slow(...) end
+        if bytes >= WORK_PER_STEP then charge_work(bytes) end
+        return s_format(...)
+      end
       local bytes = 0
       for i = 1, select("#", ...) do
         local v = select(i, ...)

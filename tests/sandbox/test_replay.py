@@ -158,10 +158,10 @@ return keys, same
 """
 
 
-def test_deterministic_pairs_meters_a_sort_its_keys_make_quadratic():
+def test_deterministic_pairs_sorts_keys_made_to_make_its_sort_quadratic():
     from moonbox.bench import raw_luajit
 
-    n = 8192  # past the native sort's limit (4096): sorted in metered Lua
+    n = 8192  # past the native sort's limit (4096): sorted in blocks, then merged
     keys, same = raw_luajit().execute(_KILLER_KEYS, n)
     assert same, "the keys' next order is not the crafted one (hash function changed?)"
     out = Sandbox(deterministic=True, budget=Budget(steps=10**9, wall_s=60)).run(
@@ -171,6 +171,8 @@ def test_deterministic_pairs_meters_a_sort_its_keys_make_quadratic():
         args=(list(keys.values()),),
     )
     assert out.status == "done" and out.value is True
-    # Charged per comparison: far past the n*log2(n) a native sort would be charged up
-    # front (~28k steps), for the quadratic work it would have done unmetered.
-    assert out.stats.steps > 1_000_000
+    # Numbers have one sorted order: the keys are sorted in shuffled blocks of 4096 and
+    # merged, so the order they were made in changes nothing. Charged at least as a sort
+    # of n keys in no chosen order (n*log2(n)/4 comparisons' steps, ~28k); the quadratic
+    # work of the quicksort they target (~2M steps when it ran) is never done.
+    assert 8192 * 13 // 4 < out.stats.steps < 200_000

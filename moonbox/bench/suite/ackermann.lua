@@ -9,6 +9,6 @@ local sum = 0
 for n = 1, 8 do
   sum = sum + ack(2, n * 50) + ack(3, n)
 end
-for _ = 1, 4 do sum = sum + ack(3, 8) end
-assert(sum == 15860, sum)
+for _ = 1, 10 do sum = sum + ack(3, 8) end
+assert(sum == 28130, sum)
 return sum

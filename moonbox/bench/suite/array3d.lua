@@ -17,7 +17,7 @@ local function grid(n)
 end
 
 local a, b = grid(N), grid(N)
-for _ = 1, 40 do
+for _ = 1, 80 do
   for i = 2, N - 1 do
     local ap, am, an, bp = a[i], a[i - 1], a[i + 1], b[i]
     for j = 2, N - 1 do
@@ -37,5 +37,5 @@ for i = 1, N do
     for k = 1, N do sum = sum + row[k] end
   end
 end
-assert(sum == 119065302, sum)
+assert(sum == 119058749, sum)
 return sum

@@ -25,12 +25,12 @@ local function popcount(x)
 end
 
 local total = 0
-for round = 1, 3 do
+for round = 1, 4 do
   local n = 1000000 * round
   local count, words, nw = sieve(n)
   local bits = 0
   for i = 0, nw do bits = bits + popcount(bit.tobit(words[i])) end
   total = total + count + bits
 end
-assert(total == 888593, total)
+assert(total == 1454918, total)
 return total

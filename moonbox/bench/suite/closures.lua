@@ -37,7 +37,7 @@ local data = {}
 for i = 1, 5000 do data[i] = i end
 
 local total = 0
-for round = 1, 300 do
+for round = 1, 600 do
   local scale = round % 7 + 1
   local f = compose(function(x) return x * scale end, function(x) return x + round end)
   local mapped = map(data, f)
@@ -49,5 +49,5 @@ for round = 1, 300 do
   for i = 1, #kept do memo = memo + square(kept[i] % 500) end
   total = total + sum + c(0) + memo
 end
-assert(total == 7567013201, total)
+assert(total == 15890042763, total)
 return total

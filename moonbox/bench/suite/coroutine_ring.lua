@@ -1,6 +1,6 @@
 -- Coroutines: a ring of coroutines passing a token, each resume a switch, plus a
 -- producer/filter/consumer pipeline built with coroutine.wrap.
-local RING, PASSES = 100, 6000
+local RING, PASSES = 100, 12000
 
 local function ring()
   local threads = {}
@@ -43,8 +43,8 @@ local function pipeline(n)
 end
 
 local a = ring()
-local b = pipeline(200000)
-assert(b == 10000100000, b)
+local b = pipeline(400000)
+assert(b == 40000200000, b)
 local checksum = a + b
-assert(checksum == 10000399910, checksum)
+assert(checksum == 40000799820, checksum)
 return checksum

@@ -4,6 +4,6 @@ local function fib(n)
   return fib(n - 1) + fib(n - 2)
 end
 
-local result = fib(32) + fib(31)
-assert(result == 3524578, result)
+local result = fib(33) + fib(32)
+assert(result == 5702887, result)
 return result

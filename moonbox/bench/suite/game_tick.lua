@@ -61,7 +61,7 @@ on("hit", function(id, damage) if damage > 1000 then error("impossible") end end
 
 local CELL = 50
 local total = 0
-for tick = 1, 30 do
+for tick = 1, 50 do
   local grid, cells = {}, {}
   for i = 1, #entities do
     local e = entities[i]
@@ -90,5 +90,5 @@ for tick = 1, 30 do
   total = total + dispatch() + tick
 end
 total = total + score + hits
-assert(total == 200445, total)
+assert(total == 335925, total)
 return total

@@ -19,7 +19,7 @@ local function grid(fill)
 end
 
 local cur, nxt = grid(true), grid(false)
-for _ = 1, 150 do
+for _ = 1, 250 do
   for y = 0, H - 1 do
     local up, row, down = cur[(y - 1) % H], cur[y], cur[(y + 1) % H]
     local out = nxt[y]
@@ -37,5 +37,5 @@ for y = 0, H - 1 do
   local row = cur[y]
   for x = 0, W - 1 do alive = alive + row[x] end
 end
-assert(alive == 1294, alive)
+assert(alive == 1014, alive)
 return alive

@@ -38,7 +38,7 @@ end
 function Deque:size() return self.last - self.first + 1 end
 
 local total = 0
-for round = 1, 8 do
+for round = 1, 12 do
   local list = { head = nil }
   for i = 1, 20000 do push_front(list, i % 100) end
   list.head = reverse(list.head)
@@ -51,5 +51,5 @@ for round = 1, 8 do
   end
   total = total + d:size() + round
 end
-assert(total == 8235460, total)
+assert(total == 12353214, total)
 return total

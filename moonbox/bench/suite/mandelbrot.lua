@@ -1,5 +1,5 @@
 -- Floating point: points of the Mandelbrot set on a grid, an inner while loop per point.
-local SIZE, ITER = 750, 50
+local SIZE, ITER = 1000, 50
 
 local inside = 0
 for y = 0, SIZE - 1 do
@@ -17,5 +17,5 @@ for y = 0, SIZE - 1 do
     if k == ITER then inside = inside + 1 end
   end
 end
-assert(inside == 223514, inside)
+assert(inside == 397380, inside)
 return inside

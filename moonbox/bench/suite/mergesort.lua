@@ -46,7 +46,7 @@ end
 
 local N = 25000
 local total = 0
-for round = 1, 3 do
+for round = 1, 5 do
   local records = {}
   for i = 1, N do records[i] = { key = rand(1000), order = i } end
   merge_sort(records, {}, 1, N, "key")
@@ -60,5 +60,5 @@ for round = 1, 3 do
   for i = 2, N do assert(nums[i - 1] <= nums[i], "not sorted") end
   total = total + records[1].order + records[N].order + nums[1] + nums[N] + round
 end
-assert(total == 3074447, total)
+assert(total == 5124810, total)
 return total

@@ -23,6 +23,6 @@ end
 
 local total = 0
 for n = 4, 11 do total = total + queens(n) end
-total = total + queens(10)
-assert(total == 4628, total)
+total = total + queens(10) + queens(11)
+assert(total == 7308, total)
 return total

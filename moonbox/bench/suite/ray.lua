@@ -73,7 +73,7 @@ local function trace(origin, dir, depth)
   return color
 end
 
-local W, H = 400, 300
+local W, H = 480, 360
 local eye = vec(0, 1.2, -1)
 local sum = 0
 for y = 0, H - 1 do
@@ -82,5 +82,5 @@ for y = 0, H - 1 do
     sum = sum + math.floor(trace(eye, dir, 1) * 255)
   end
 end
-assert(sum == 7505725, sum)
+assert(sum == 10812369, sum)
 return sum

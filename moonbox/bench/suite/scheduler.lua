@@ -162,6 +162,6 @@ local function simulate(count)
 end
 
 local total = 0
-for round = 1, 6 do total = total + simulate(5000 * round) end
-assert(total == 7925411, total)
+for round = 1, 8 do total = total + simulate(5000 * round) end
+assert(total == 13576427, total)
 return total

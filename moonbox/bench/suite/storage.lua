@@ -25,9 +25,9 @@ local function walk(node, depth)
 end
 
 local total = 0
-for round = 1, 8 do
+for round = 1, 10 do
   local tree = build(8)
   total = total + walk(tree, 8) + round
 end
-assert(total == 720908, total)
+assert(total == 901023, total)
 return total

@@ -5,8 +5,8 @@ local function tak(x, y, z)
 end
 
 local sum = 0
-for i = 0, 39 do
+for i = 0, 79 do
   sum = sum + tak(20 + i % 3, 12, 6)
 end
-assert(sum == 345, sum)
+assert(sum == 695, sum)
 return sum

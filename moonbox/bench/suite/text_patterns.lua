@@ -20,7 +20,7 @@ local function log(lines)
 end
 
 local total = 0
-for _ = 1, 4 do
+for _ = 1, 8 do
   local text = log(4000)
   local errors, took, users = 0, 0, {}
   for line in text:gmatch("[^\n]+") do
@@ -36,5 +36,5 @@ for _ = 1, 4 do
   local renamed = masked:gsub("/v(%d)/", function(v) versions = versions + v return "/" end)
   total = total + errors + took + #renamed + versions + users.ada
 end
-assert(total == 8118520, total)
+assert(total == 16298960, total)
 return total

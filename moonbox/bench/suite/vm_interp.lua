@@ -88,10 +88,10 @@ local function run_table(code)
   return result
 end
 
-local code = program(1500)
+local code = program(2200)
 local a = run_chain(code)
 local b = run_table(code)
 assert(a == b, "interpreters disagree")
 local result = a + b
-assert(result == 191322, result)
+assert(result == 300366, result)
 return result
