@@ -220,16 +220,25 @@ if config.jit then
   jit.on()
   -- With the JIT the alarm has a hook of its own, set only while the alarm stands.
   do
+    local watch_left = 0  -- prelude instructions the armed hook still waits through
     local function alarm_hook()
       if not (m_active and not tripped and now() > m_deadline) then
         sethook(alarm_hook, "", 0)  -- stale: the resume ended, or it polled in time
+        watch_left = 0
         return
       end
-      -- Never poll inside the prelude's own code: the count stays at one instruction,
-      -- and the first one back in mod code polls.
+      -- Never poll inside the prelude's own code: the count stays at one instruction, and
+      -- the first one back in mod code polls; after 1,000 in the prelude, the hook waits
+      -- for the host's next alarm (5 ms later), so long host-side work is not slowed.
       local info = getinfo(2, "S")
-      if info and info.source == PRELUDE_SOURCE then return end
+      if info and info.source == PRELUDE_SOURCE then
+        if watch_left == 0 then watch_left = 1000 end
+        watch_left = watch_left - 1
+        if watch_left == 0 then sethook(alarm_hook, "", 0) end
+        return
+      end
       sethook(alarm_hook, "", 0)
+      watch_left = 0
       slow()  -- past the deadline: a time trip (a hook cannot yield, even with preempt)
     end
     sethook(alarm_hook, "", 0)  -- registered, not armed: the host arms it
