@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import threading
 import time
 import weakref
@@ -68,7 +69,7 @@ def _hook_api() -> tuple[Any, int] | None:
 
 
 class _Alarm:
-    __slots__ = ("_refs", "_lock", "_wake", "_thread")
+    __slots__ = ("_refs", "_lock", "_wake", "_thread", "_pid")
 
     def __init__(self) -> None:
         # id -> weak reference: a sandbox leaves when it is collected. (A scan of weak
@@ -77,6 +78,7 @@ class _Alarm:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._pid = 0  # the process the thread runs in (a forked child has none)
 
     def watch(self, sandbox: Any) -> None:
         key, refs = id(sandbox), self._refs
@@ -86,7 +88,8 @@ class _Alarm:
 
         with self._lock:
             refs[key] = weakref.ref(sandbox, gone)
-            if self._thread is None:
+            if self._thread is None or self._pid != os.getpid():
+                self._pid = os.getpid()
                 self._thread = threading.Thread(
                     target=self._serve, name="moonbox-alarm", daemon=True)
                 self._thread.start()
