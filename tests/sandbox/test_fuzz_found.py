@@ -272,7 +272,9 @@ COMPILED_LONG_COMPARISONS = (
     "local x for i = 1, 1e9 do x = a[i % 2 + 1] < a[(i + 1) % 2 + 1] end")
 
 
-@pytest.mark.xfail(strict=True, reason="open: a compiled trace polls only when its step window "
+# Not strict: where a fresh runtime's JIT leaves the loop to the interpreter (its trace
+# selection varies, DESIGN.md §2.16), the alarm stops it in time.
+@pytest.mark.xfail(strict=False, reason="open: a compiled trace polls only when its step window "
                    "(2^17 steps) runs out, and its loads of the cell are forwarded from its "
                    "stores, so the alarm cannot reach it (docs/threat-model.md)")
 def test_a_compiled_loop_whose_steps_grow_costly_trips_its_wall_budget():
