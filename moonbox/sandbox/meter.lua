@@ -194,6 +194,10 @@ hook = function()
     if not (m_active and now() > m_deadline) then return end
     local info = getinfo(2, "S")
     if info and info.source == PRELUDE_SOURCE then
+      -- In the prelude's own code: its next charge polls (the window is emptied, as
+      -- host.expire does; past the deadline, a charge it overwrites costs nothing), and
+      -- so does the first instruction back in mod code.
+      if not tripped and cell[0] > 0 then account() m_window = 0 cell[0] = 0 end
       hook_pending = true
       sethook(pending_hook, "", 1)
       return
@@ -232,6 +236,9 @@ if config.jit then
       -- for the host's next alarm (5 ms later), so long host-side work is not slowed.
       local info = getinfo(2, "S")
       if info and info.source == PRELUDE_SOURCE then
+        -- Its next charge polls (the window emptied, as host.expire does; past the
+        -- deadline, a charge this overwrites costs nothing).
+        if cell[0] > 0 then account() m_window = 0 cell[0] = 0 end
         if watch_left == 0 then watch_left = 1000 end
         watch_left = watch_left - 1
         if watch_left == 0 then sethook(alarm_hook, "", 0) end
