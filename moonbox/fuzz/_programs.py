@@ -1104,7 +1104,14 @@ def report_flood_case(rnd: random.Random) -> FuzzCase:
 # wall budget and the stall margin is a time trip after the fact (`late-end`), and the
 # resume ends within the budget, the stall margin and the usual margin. Rare: they are slow.
 # (A loop of table.maxn over 20,000-50,000 hash nodes, after the warm-up, ran 2.4-3 s under a
-# 0.2 s budget; over 200,000 nodes, 72-120 s: see tests/sandbox/test_fuzz_found.py.)
+# 0.2 s budget; over 200,000 nodes, 72-120 s: see tests/sandbox/test_fuzz_found.py. It is
+# charged by its table's sizes now. A loop of comparisons of two long strings kept out of
+# the JIT's traces ran a whole poll window, ~46 s, until the alarm.)
+
+# Calls that keep a loop out of the JIT's traces (each aborts a trace), so its steps run
+# in the interpreter, where the alarm reaches them (moonbox/sandbox/_alarm.py).
+OUT_OF_TRACES = ("coroutine.resume(co)", "pcall(error)", "pcall(error, i)",
+                 "coroutine.wrap(function() end)()")
 
 LONG_OPERATIONS: dict[str, Callable[[random.Random], str]] = {
     "native_sort_of_one_long_string": lambda r: (
@@ -1127,6 +1134,12 @@ LONG_OPERATIONS: dict[str, Callable[[random.Random], str]] = {
     "maxn_in_a_loop_after_warm_up": lambda r: (
         f"local h = {{}}\nfor i = 1, {r.randint(20, 50) * 1000} do h[i * 2 + 0.5] = i end\n"
         + WARM_UP + "local x\nfor i = 1, 1e9 do x = table.maxn(h) end\n"),
+    "costly_steps_out_of_traces_after_warm_up": lambda r: (
+        WARM_UP + f"local a = string.rep('x', {r.randint(1, 8) << 20})\n"
+        "local b = a .. 'b'\na = a .. 'a'\n"
+        "local co = coroutine.create(function() end)\ncoroutine.resume(co)\n"
+        "local x\nfor i = 1, 1e9 do\n  x = a < b\n  "
+        + r.choice(OUT_OF_TRACES) + "\nend\n"),
 }
 """Programs of long single operations: each maps a generator to a program."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -176,13 +177,13 @@ class Run(ReportLines):
         if reports or self.reports_dropped_now:
             self._new_resume()
         first = 0
-        sb._running = self
         # Callables held in slots are read, then called: a call straight on the attribute
         # takes CPython's generic method lookup every time.
         clock, lua_resume, watchdog = sb._clock, sb._h_resume, sb._watchdog
         start = clock()
         sb._start = start
         sb._deadline = start + sb._wall_s_limit
+        sb._running = self  # after the deadline: the alarm reads them in this order
         try:
             if watchdog is not None:
                 sb._margin_now = sb._margin_s
@@ -376,6 +377,7 @@ class Run(ReportLines):
         if self.reports or self.reports_dropped_now:
             self._new_resume()
         first = 0
+        sb._deadline = math.inf  # until the resume's own: the alarm reads it (see resume)
         sb._running = self
         if sb._dropped:  # handles released since: free their functions first
             sb._loosen()

@@ -17,6 +17,7 @@ from .._errors import (
     ScriptError,
     SourceTooLarge,
 )
+from ._alarm import alarm_state, watch
 from ._budget import Budget
 from ._dispatch import AbandonedEntries, FunctionHandle, HostCall, HostFunction, dispatch
 from ._environment import ALLOWED_GLOBALS, ALLOWED_LIBRARIES
@@ -78,7 +79,7 @@ class Sandbox:
     # Slots: the resume and the dispatcher read a dozen of these per call, and a slot is
     # the fastest attribute CPython has (a class this size otherwise gets a plain dict).
     __slots__ = (
-        "_alloc_bytes", "_call", "_cell_name", "_clock", "_closed", "_current_limit",
+        "_alarm_state", "_alloc_bytes", "_call", "_cell_name", "_clock", "_closed", "_current_limit",
         "_deadline", "_dropped", "_entries", "_env", "_excluded_s", "_excluded_start",
         "_failed", "_fixed_limit", "_generation", "_h_check_argument", "_h_close", "_h_compile",
         "_h_drop_kept", "_h_expire", "_h_extend", "_h_flat_argument", "_h_keep_function", "_pairs",
@@ -203,6 +204,10 @@ class Sandbox:
         rt.set_max_memory(self.budget.max_memory + HOST_HEADROOM_BYTES, total=True)
         self._current_limit = self.budget.max_memory + HOST_HEADROOM_BYTES
         self._generation += 1
+        # The alarm makes a resume past its deadline poll at its next instruction.
+        self._alarm_state = alarm_state(rt, host)
+        if self._generation == 1:
+            watch(self)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -225,6 +230,7 @@ class Sandbox:
             if name.startswith("_h_"):
                 setattr(self, name, None)
         self._rt = None  # type: ignore[assignment]
+        self._alarm_state = None
         self._env = None
         self._pairs = None
         self._failed = self._not_enough_memory = None

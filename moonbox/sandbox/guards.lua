@@ -210,6 +210,44 @@ do
   end
 end
 
+-- table.maxn walks the whole array part and every node of the hash part in one call,
+-- whatever it finds there, so it is charged for both sizes before it runs. The sizes are
+-- the table header's (asize, hmask): their offsets are found at the first call, on tables
+-- whose sizes table.new fixes, and checked on a second pair; where they are not found, a
+-- walk with `next` stands in for them (it sees the values, not the empty slots).
+do
+  local t_maxn = table.maxn
+  local u32p = ffi.typeof("const uint32_t *")
+  local function header(t) return ffi.cast(u32p, tonumber(s_format("%p", t))) end
+  local asize_at, hmask_at, probed = nil, nil, false
+  local function probe()
+    probed = true
+    local new_table = require("table.new")
+    local a, b, c, d = new_table(0, 0), new_table(1000, 0), new_table(0, 1000), new_table(77, 300)
+    local ha, hb, hc, hd = header(a), header(b), header(c), header(d)
+    for i = 2, 15 do  -- 32-bit words 2..15: past the GC header, within the smallest GCtab
+      if ha[i] == 0 and hb[i] == 1001 and hc[i] == 0 and hd[i] == 78 then asize_at = i end
+      if ha[i] == 0 and hb[i] == 0 and hc[i] == 1023 and hd[i] == 511 then hmask_at = i end
+    end
+  end
+  local function slots(t)
+    if not probed then probe() end
+    if asize_at and hmask_at then
+      local h = header(t)
+      return h[asize_at] + h[hmask_at] + 1
+    end
+    local n = 0
+    for _ in next, t do n = n + 1 end
+    return n
+  end
+
+  function wrapped_lib.table.maxn(...)
+    local t = ...
+    if type(t) == "table" then charge_work(slots(t)) end
+    return t_maxn(...)
+  end
+end
+
 -------------------------------------------------------------------------------------------
 -- table.sort. Up to SORT_NATIVE_MAX values with no comparator and no table among them,
 -- the native sort runs, charged for n*log2(n) comparisons first (milliseconds at most).

@@ -37,7 +37,9 @@ end
 -- 2^24) and calls `slow` as soon as the cell is negative, and charges that go past the
 -- window are accounted exactly by `overdrawn`, never stored.
 -------------------------------------------------------------------------------------------
-local cell = ffi.new("int32_t[1]")
+-- cell[1] is the alarm flag of jit=False: the host's alarm (the host table's `alarm` entry
+-- points) sets it before it arms the hook for the next instruction.
+local cell = ffi.new("int32_t[2]")
 local STICKY = -1073741824                -- -2^30: stays negative whatever a check subtracts
 -- K_MAX bounds the time between polls: a step is at most a bounded amount of straight-line
 -- work (the instrumenter weighs big bodies), so 2^17 steps stay within milliseconds.
@@ -183,6 +185,25 @@ local function pending_hook()
 end
 
 hook = function()
+  if cell[1] ~= 0 then
+    -- The host's alarm: a resume ran past its deadline without polling (one instruction
+    -- that costs a lot, many times over: see host.alarm below). Poll now, not at the
+    -- end of the period; a stale alarm (the resume ended) only puts the count back.
+    cell[1] = 0
+    restore_hook()
+    if not (m_active and now() > m_deadline) then return end
+    local info = getinfo(2, "S")
+    if info and info.source == PRELUDE_SOURCE then
+      -- In the prelude's own code: its next charge polls (the window is emptied, as
+      -- host.expire does; past the deadline, a charge it overwrites costs nothing), and
+      -- so does the first instruction back in mod code.
+      if not tripped and cell[0] > 0 then account() m_window = 0 cell[0] = 0 end
+      hook_pending = true
+      sethook(pending_hook, "", 1)
+      return
+    end
+    return slow()
+  end
   if not m_active then return end
   local c = cell[0] - HOOK_STEPS
   cell[0] = c
@@ -201,6 +222,34 @@ end
 
 if config.jit then
   jit.on()
+  -- With the JIT the alarm has a hook of its own, set only while the alarm stands.
+  do
+    local watch_left = 0  -- prelude instructions the armed hook still waits through
+    local function alarm_hook()
+      if not (m_active and not tripped and now() > m_deadline) then
+        sethook(alarm_hook, "", 0)  -- stale: the resume ended, or it polled in time
+        watch_left = 0
+        return
+      end
+      -- Never poll inside the prelude's own code: the count stays at one instruction, and
+      -- the first one back in mod code polls; after 1,000 in the prelude, the hook waits
+      -- for the host's next alarm (5 ms later), so long host-side work is not slowed.
+      local info = getinfo(2, "S")
+      if info and info.source == PRELUDE_SOURCE then
+        -- Its next charge polls (the window emptied, as host.expire does; past the
+        -- deadline, a charge this overwrites costs nothing).
+        if cell[0] > 0 then account() m_window = 0 cell[0] = 0 end
+        if watch_left == 0 then watch_left = 1000 end
+        watch_left = watch_left - 1
+        if watch_left == 0 then sethook(alarm_hook, "", 0) end
+        return
+      end
+      sethook(alarm_hook, "", 0)
+      watch_left = 0
+      slow()  -- past the deadline: a time trip (a hook cannot yield, even with preempt)
+    end
+    sethook(alarm_hook, "", 0)  -- registered, not armed: the host arms it
+  end
 else
   jit.off()
   jit.flush()
@@ -268,3 +317,12 @@ function host.extend(seconds)
 end
 
 host.clock = CLOCK
+
+-- The alarm (moonbox/sandbox/_alarm.py): a host thread that, when a resume is past its
+-- deadline and has not polled, arms the count hook for the next instruction through the
+-- C API (lua_sethook, which LuaJIT lets another thread call): any state of this runtime
+-- names it, so a coroutine kept here gives its address. jit=False also gets the flag's
+-- address, so its hook tells the alarm from its own count.
+host.alarm_state = co_create(function() end)
+host.alarm_address = s_format("%p", host.alarm_state)
+host.alarm_flag = config.jit and 0 or tonumber(ffi.cast("intptr_t", cell + 1))

@@ -176,7 +176,7 @@ def test_long_operations_cover_every_shape():
     made = cases_of(long_operation_case, 120)
     assert all(c.profile == "time" for c in made)
     assert len({c.source.split("\n", 3)[:3][-1] for c in made}) > 3
-    assert len(LONG_OPERATIONS) == 6
+    assert len(LONG_OPERATIONS) == 7
 
 
 # -- the invariants on planted outcomes -------------------------------------------------------

@@ -206,7 +206,9 @@ def test_a_resume_that_ends_past_its_budget_and_margin_is_a_time_trip():
 
     slow = _Blocking("slow", seconds=STALL_MARGIN_S + 0.5)
     with Sandbox(Budget(wall_s=0.05), host_functions=[slow]) as sb:
-        out = sb.run("slow() return 'finished'", "@late.lua")
+        # A tail call: no instruction of the mod runs after it, so the alarm (which trips
+        # at the next one in mod code) cannot stop it, and it is judged after the fact.
+        out = sb.run("return slow()", "@late.lua")
         assert out.status == "budget" and out.error.budget == "time"
         assert "after the fact" in out.error.message and out.error.chunk == "@late.lua"
         assert out.values == ()
@@ -215,6 +217,21 @@ def test_a_resume_that_ends_past_its_budget_and_margin_is_a_time_trip():
         quick = _Blocking("quick", seconds=0.0)
     with Sandbox(Budget(wall_s=0.05), host_functions=[quick]) as sb:
         assert sb.run("quick() return 'finished'").value == "finished"
+
+
+@pytest.mark.parametrize("jit", [True, False], ids=["jit", "hook"])
+def test_the_alarm_trips_at_the_first_instruction_after_a_late_host_call(jit):
+    # The alarm (moonbox/sandbox/_alarm.py) arms the hook while the host call blocks: the
+    # first instruction back in mod code trips on time, with its line, before the return.
+    from moonbox.sandbox import STALL_MARGIN_S
+
+    slow = _Blocking("slow", seconds=STALL_MARGIN_S + 0.5)
+    with Sandbox(Budget(wall_s=0.05), host_functions=[slow], jit=jit) as sb:
+        out = sb.run("slow()\nreturn 'finished'", "@late.lua")
+        assert out.status == "budget" and out.error.budget == "time"
+        assert "after the fact" not in out.error.message
+        assert (out.error.chunk, out.error.line) == ("@late.lua", 2)
+        assert sb.run("return 'alive'").value == "alive"
 
 
 def test_a_late_yield_ends_the_run():

@@ -364,3 +364,69 @@ def test_runtimes_do_not_share_the_string_metatable():
     a.execute("getmetatable('').__index = {upper = function() return 'pwned' end}")
     assert a.eval("('x'):upper()") == "pwned"
     assert b.eval("('x'):upper()") == "X"
+
+
+# --- the alarm (moonbox/sandbox/_alarm.py): what another thread can reach -----------------------
+
+
+def _poke_when_below(address: int, threshold: int, seen: list) -> None:
+    """Once the int32 at ``address`` is below ``threshold`` (the loop is long compiled), write -5
+    into it, again and again, while it stays positive; ``seen`` gets every value it read."""
+    import ctypes
+    import time
+
+    cell = ctypes.c_int32.from_address(address)
+    for _ in range(200_000):
+        v = cell.value
+        if 0 < v < threshold:
+            seen.append(v)
+            cell.value = -5
+        elif v <= 0 and seen:
+            return
+        time.sleep(0.0001)
+
+
+def test_a_compiled_loop_keeps_its_ffi_cell_in_a_register():
+    # The reason the alarm cannot reach a loop the JIT compiles whole: LuaJIT forwards the
+    # cell's load from the check's store, so the trace never reads the cell again, and a
+    # write from another thread is overwritten by the next store.
+    import threading
+
+    rt = luajit21.LuaRuntime()
+    address = rt.execute("ffi = require('ffi') N = ffi.new('int32_t[1]', 2^28) "
+                         "return tonumber(ffi.cast('intptr_t', N))")
+    seen: list = []
+    poker = threading.Thread(target=_poke_when_below, args=(address, 2**28 - 10**6, seen))
+    poker.start()
+    n = rt.execute("local N, n = N, 0 while true do N[0] = N[0] - 1 "
+                   "if N[0] < 0 then break end n = n + 1 end return n")
+    poker.join()
+    if not seen:
+        pytest.skip("the writing thread never ran while the loop did")
+    assert n == 2**28  # every step counted down: none of the writes was seen
+
+
+def test_lua_sethook_from_another_thread_stops_an_interpreted_loop():
+    # What the alarm does: lua_sethook is one of the C calls LuaJIT lets another thread make.
+    # A loop that cannot finish, in the interpreter (the JIT off for it: a loop that calls a
+    # C function may still be compiled, its trace stitched around the call, and run no
+    # hook), runs the hook and stops.
+    import ctypes
+    import threading
+
+    from moonbox.sandbox._alarm import _hook_api
+
+    api = _hook_api()
+    assert api is not None, "the LuaJIT library exports lua_sethook and lua_gethook"
+    sethook, hookf = api
+    rt = luajit21.LuaRuntime()
+    address = int(rt.execute(
+        "keep = coroutine.create(function() end) "
+        "debug.sethook(function() debug.sethook() error('alarm', 0) end, '', 0) "
+        "return (string.format('%p', keep))"), 16)
+    timer = threading.Timer(0.05, sethook, (ctypes.c_void_p(address), hookf, 8, 1))
+    timer.start()
+    ok, err = rt.execute("return pcall(function() jit.off(true, true) local x = 0 "
+                         "while true do x = x + 1 end end)")
+    timer.join()
+    assert (ok, err) == (False, "alarm")
