@@ -189,9 +189,10 @@ def pairs_lane_factory(model: type[BaseModel]) -> LaneFactory | None:
     head = _field_lines("v0", first, constants)
     if head is None:
         return None
-    keys: dict[bytes, tuple[str, Any]] = {}
+    # The nested fields by the lines that check them (all numbers check alike): each
+    # group a table from the key as Lua gives it to the field's name.
+    groups: dict[tuple[str, ...], dict[bytes, str]] = {}
     for name, info in nested.model_fields.items():
-        local: dict[str, Any] = dict(constants)
         if info.alias is not None or info.validation_alias is not None:
             continue
         # `X | None` keeps X's own constraints inside (Annotated[float, Strict()]): a
@@ -199,16 +200,20 @@ def pairs_lane_factory(model: type[BaseModel]) -> LaneFactory | None:
         inner = _base(info.annotation)
         if inner is None:
             continue
-        lines = _field_lines("v", FieldInfo.from_annotation(inner), local)
-        if lines is None or not name.isidentifier():
+        lines = _field_lines("v", FieldInfo.from_annotation(inner), constants)
+        if lines is None:
             continue  # not simple: a call that sets it takes the full path
-        check = _define("def check(v, {defaults}):",
-                        [*(f"    {line}" for line in lines), "    return v"],
-                        local, "check", nested)
-        keys[name.encode()] = (name, check)
-    if not keys:
+        groups.setdefault(tuple(lines), {})[name.encode()] = name
+    if not groups:
         return None
-    constants["KEYS"] = keys
+    pairs: list[str] = []
+    indent = ""
+    for g, (lines, keys) in enumerate(groups.items()):
+        constants[f"G{g}"] = keys
+        pairs += [f"{indent}name = G{g}.get(k)", f"{indent}if name is not None:",
+                  *(f"{indent}    {line}" for line in lines), f"{indent}else:"]
+        indent += "    "
+    pairs.append(f"{indent}return None")
     body = [
         "    def lane(call, args):",
         "        version = registry._version",
@@ -223,13 +228,10 @@ def pairs_lane_factory(model: type[BaseModel]) -> LaneFactory | None:
         "            return None",
         "        fields = {}",
         "        for i in range(2, 2 + 2 * n, 2):",
-        "            key = KEYS.get(args[i])",
-        "            if key is None:",
-        "                return None",
-        "            v = key[1](args[i + 1])",
-        "            if v is None:",  # a value is never nil in a table: None declines
-        "                return None",
-        "            fields[key[0]] = v",
+        "            k = args[i]",
+        "            v = args[i + 1]",
+        *(f"            {line}" for line in pairs),
+        "            fields[name] = v",
         "        call.mod = api",
         "        result = fast(call, v0, fields)",
         "        if result is None:",

@@ -409,6 +409,19 @@ class World:
             if mod is not None and entity.owner != mod:
                 self._touch(entity, mod)
             bound = self.bound
+            if len(given) == 1 and "scale" not in given:
+                # One coordinate or rotation, the commonest change: no loop over the
+                # axes, nothing to collect (the checks and the result are the same).
+                for axis in given:
+                    v = values[axis]
+                if v is not None:
+                    if -bound <= v <= bound:  # in bounds: finite too
+                        v = float(v) + 0.0
+                    else:
+                        v = self._number(v, axis)
+                    setattr(entity, axis, v)
+                return CommandResult(command.id, mod, "change", "applied", None,
+                                     f"changed {name}", (entity.name,))
             new: list[tuple[str, float]] = []
             for axis in _AXES:
                 if axis in given:
