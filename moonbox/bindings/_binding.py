@@ -22,7 +22,7 @@ from pydantic_core import PydanticCustomError
 from .._errors import BindingError
 from ..sandbox import FunctionHandle, HostCall
 from ._codes import Refusal
-from ._fast import fast_checker, lane_factory
+from ._fast import fast_checker, lane_factory, pairs_lane_factory
 from ._permissions import Risk
 
 __all__ = ["Binding", "LuaFunction", "LuaNumber", "Risk"]
@@ -133,6 +133,15 @@ class Binding:
             change while an approval is pending, so ``fn`` checks it again before acting.
         codes: the codes of its own the binding may fail with (``[unknown_prefab]``...),
             for the editor stubs and the API reference; documentation only.
+        fast_pairs: for a binding called as ``name(a, {k = v, ...})`` whose model is a
+            simple first field and a nested model (``coreai_world_change``): an optional
+            ``fast_pairs(call, a, fields)`` that a call nothing observes (no hook, approval
+            or preparation) may take instead of ``fn``, with ``a`` and the table's values
+            checked by a checker compiled from the model (``fields`` a dict of the nested
+            model's fields that were given), no model built. It returns what ``fn`` would,
+            or ``None`` to decline before it changed anything (the call then takes the
+            full path). It must do exactly what ``fn`` does with the model those values
+            make: a property test should hold the two paths equal.
     """
 
     name: str
@@ -147,6 +156,7 @@ class Binding:
     unpack: bool = False
     prepare: Callable[..., Any] | None = field(default=None, repr=False)
     codes: tuple[str, ...] = ()
+    fast_pairs: Callable[..., Any] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -159,6 +169,8 @@ class Binding:
             raise ValueError(f"binding {self.name}: cost must be a non-negative int")
         if self.prepare is not None and not callable(self.prepare):
             raise ValueError(f"binding {self.name}: prepare must be a function")
+        if self.fast_pairs is not None and not callable(self.fast_pairs):
+            raise ValueError(f"binding {self.name}: fast_pairs must be a function")
         if isinstance(self.codes, str) or not all(
             isinstance(c, str) and _CODE.match(c) for c in self.codes
         ):
@@ -188,6 +200,8 @@ class Binding:
         # A binding that prepares always takes the registry's full path: no lane.
         object.__setattr__(self, "_lane_factory", lane_factory(self.args)
                            if self.unpack and self.prepare is None else None)
+        object.__setattr__(self, "_pairs_lane_factory", pairs_lane_factory(self.args)
+                           if self.fast_pairs is not None and self.prepare is None else None)
         if self.result is not None:
             object.__setattr__(
                 self, "_validate_result", self.result.__pydantic_validator__.validate_python

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Strict
 from pydantic.fields import FieldInfo
 from pydantic.types import AllowInfNan
 
-__all__ = ["fast_checker", "lane_factory", "next_call_id"]
+__all__ = ["fast_checker", "lane_factory", "next_call_id", "pairs_lane_factory"]
 
 # Call ids: unique among every call of the process, so that calls from several registries
 # (a game and its forks) never share one. Every path takes one, the lane included.
@@ -68,13 +68,19 @@ _TEMPLATES = {
 }
 
 
+def _plain_model(model: type[BaseModel]) -> bool:
+    # No setting or validator that could make pydantic's answer differ from the fields'.
+    if not set(model.model_config) <= _HARMLESS_CONFIG:
+        return False
+    decorators = model.__pydantic_decorators__
+    return not (decorators.validators or decorators.field_validators
+                or decorators.root_validators or decorators.model_validators
+                or model.__pydantic_post_init__ is not None)
+
+
 def _checks(model: type[BaseModel]) -> tuple[list[str], list[str], dict[str, Any]] | None:
     # The lines that check every field (v0, v1, ...), or None if the model is not simple.
-    if not set(model.model_config) <= _HARMLESS_CONFIG:
-        return None
-    decorators = model.__pydantic_decorators__
-    if (decorators.validators or decorators.field_validators or decorators.root_validators
-            or decorators.model_validators or model.__pydantic_post_init__ is not None):
+    if not _plain_model(model):
         return None
     constants: dict[str, Any] = {"INT_AS_FLOAT": _INT_AS_FLOAT, "float": float, "len": len,
                                  "type": type, "bytes": bytes}
@@ -161,6 +167,94 @@ def lane_factory(model: type[BaseModel]) -> LaneFactory | None:
     ]
     return _define("def make(mf, registry, api, fn, results, {defaults}):", body, constants,  # type: ignore[no-any-return]
                    "make", model)
+
+
+def pairs_lane_factory(model: type[BaseModel]) -> LaneFactory | None:
+    """For a binding called as ``name(a, {k = v, ...})`` with a flat table, whose model is
+    a simple first field and a nested model of optional fields: a function that makes a
+    mod's lane for such calls, or ``None`` if the model is not of that shape.
+
+    ``make(mf, registry, api, fast, results)`` returns ``lane(call, args)``, which takes
+    the arguments as the sandbox hands a flat table over (``a, n, k1, v1, ...``, strings
+    as bytes). Under the same registry version test as :func:`lane_factory`'s lanes, it
+    checks ``a`` as the first field and each pair as the nested model's field of that
+    name, and calls ``fast(call, a, fields)`` with the checked values (a dict, keys
+    decoded). ``fast`` returns the result, or ``None`` to decline before it changed
+    anything. Any key that is not a simple field of the nested model (a table, a list,
+    an unknown name), any value the field's check cannot vouch for, declines too: the
+    call then takes the full path, where pydantic decides and explains.
+    """
+    if not _plain_model(model) or len(model.model_fields) != 2:
+        return None
+    first, second = model.model_fields.values()
+    nested = second.annotation
+    if not (isinstance(nested, type) and issubclass(nested, BaseModel)
+            and _plain_model(nested)) or second.alias is not None \
+            or second.validation_alias is not None:
+        return None
+    constants: dict[str, Any] = {"INT_AS_FLOAT": _INT_AS_FLOAT, "float": float, "len": len,
+                                 "next_call_id": next_call_id,
+                                 "type": type, "bytes": bytes, "range": range}
+    head = _field_lines("v0", first, constants)
+    if head is None:
+        return None
+    # The nested fields by the lines that check them (all numbers check alike): each
+    # group a table from the key as Lua gives it to the field's name.
+    groups: dict[tuple[str, ...], dict[bytes, str]] = {}
+    for name, info in nested.model_fields.items():
+        if info.alias is not None or info.validation_alias is not None:
+            continue
+        # `X | None` keeps X's own constraints inside (Annotated[float, Strict()]): a
+        # value in a table is never nil, so the field checks as X would.
+        inner = _base(info.annotation)
+        if inner is None:
+            continue
+        lines = _field_lines("v", FieldInfo.from_annotation(inner), constants)
+        if lines is None:
+            continue  # not simple: a call that sets it takes the full path
+        groups.setdefault(tuple(lines), {})[name.encode()] = name
+    if not groups:
+        return None
+    pairs: list[str] = []
+    indent = ""
+    for g, (lines, keys) in enumerate(groups.items()):
+        constants[f"G{g}"] = keys
+        pairs += [f"{indent}name = G{g}.get(k)", f"{indent}if name is not None:",
+                  *(f"{indent}    {line}" for line in lines), f"{indent}else:"]
+        indent += "    "
+    pairs.append(f"{indent}return None")
+    body = [
+        "    def lane(call, args):",
+        "        version = registry._version",
+        "        if mf._lane_version != version:",
+        "            return None",
+        "        if len(args) < 2:",
+        "            return None",
+        "        v0 = args[0]",
+        *(f"        {line}" for line in head),
+        "        n = args[1]",
+        "        if type(n) is not int or len(args) != 2 + 2 * n:",
+        "            return None",
+        "        fields = {}",
+        "        for i in range(2, 2 + 2 * n, 2):",
+        "            k = args[i]",
+        "            v = args[i + 1]",
+        *(f"            {line}" for line in pairs),
+        "            fields[name] = v",
+        "        call.mod = api",
+        "        call.call_id = next_call_id()",
+        "        result = fast(call, v0, fields)",
+        "        if result is None:",
+        "            return None",
+        "        if registry._version != version:",
+        "            mf._after_lane(call)",
+        "        if type(result) is tuple or mf._has_result:",
+        "            return results(result)",
+        "        return result",
+        "    return lane",
+    ]
+    return _define("def make(mf, registry, api, fast, results, {defaults}):", body,  # type: ignore[no-any-return]
+                   constants, "make", model)
 
 
 def _base(annotation: Any) -> Any:

@@ -606,7 +606,8 @@ class _ModFunction:
     """A binding as one mod calls it: availability, validation, preparation, approval,
     hooks, result."""
 
-    __slots__ = ("name", "cost", "accepts_functions", "binding", "lane", "_api", "_ask",
+    __slots__ = ("name", "cost", "accepts_functions", "binding", "lane", "pairs_lane", "_api",
+                 "_ask",
                  "_version", "_pre", "_post", "_available", "_plain", "_has_result",
                  "_lane_version", "_serial")
 
@@ -630,6 +631,11 @@ class _ModFunction:
         factory = binding._lane_factory  # type: ignore[attr-defined]
         self.lane = (None if factory is None
                      else factory(self, api.registry, api, binding.fn, binding.results))
+        # The same for a call (a, {flat table}) of a binding with fast_pairs: see
+        # moonbox.bindings._fast.pairs_lane_factory.
+        factory = binding._pairs_lane_factory  # type: ignore[attr-defined]
+        self.pairs_lane = (None if factory is None else factory(
+            self, api.registry, api, binding.fast_pairs, binding.results))
 
     def _refresh(self, version: int) -> None:
         # The version is read before what it guards: a change meanwhile bumps it again,

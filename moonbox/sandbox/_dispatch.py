@@ -213,7 +213,7 @@ class AbandonedEntries:
     operation past its deadline, see _watchdog.py): when that operation returns and the
     mod calls the host, nothing of the host runs."""
 
-    _entry = (_Refused(), "host", _Refused())
+    _entry = (_Refused(), "host", _Refused(), None)
 
     def __getitem__(self, index: int) -> tuple[Any, str, Any]:
         return self._entry
@@ -227,13 +227,16 @@ def dispatch(sb: SandboxState, index: int, *args: Any) -> Any:
     flat = index < 0  # a call (a, t) with t flat, as (a, n, k1, v1, ...): see flat_arguments
     if flat:
         index = ~index
-    hf, name, lane = sb._entries[index]
+    hf, name, lane, pairs_lane = sb._entries[index]
     call = sb._call
     call.run = sb._running
     call.name = name
     try:
         # The hot path of every binding call: kept flat on purpose.
-        result = None if lane is None or flat else lane(call, args)  # lanes take no tables
+        if flat:
+            result = None if pairs_lane is None else pairs_lane(call, args)
+        else:
+            result = None if lane is None else lane(call, args)
         kind = type(result)
         if kind is float or kind is bool or (
             kind is int and MIN_EXACT_INT <= result <= MAX_EXACT_INT

@@ -130,7 +130,10 @@ class Sandbox:
         self._host_functions: tuple[HostFunction, ...] = tuple(host_functions)
         # A host function may offer a lane: tried first with the arguments as they come
         # from Lua, it returns the results or None to send the call down the full path.
-        self._entries = tuple((hf, hf.name, getattr(hf, "lane", None))
+        # A pairs lane does the same for a call (a, t) whose flat table t crosses as its
+        # pairs.
+        self._entries = tuple((hf, hf.name, getattr(hf, "lane", None),
+                               getattr(hf, "pairs_lane", None))
                               for hf in self._host_functions)
         names = [hf.name for hf in self._host_functions]
         for hf in self._host_functions:

@@ -137,6 +137,15 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
         """Queue a change of the given fields of an entity you own; returns the command id."""
         return submit(call, "change", args)
 
+    def change_fast(call: HostCall, name: str, fields: dict[str, Any]) -> CommandId | None:
+        # change's fast path (Binding.fast_pairs), for a call nothing observes: the name
+        # and the table's values come checked as ChangeArgs checks them; a change of
+        # placement queues with no model built, anything else declines to change.
+        try:
+            return get_world().submit_placement(name, fields, _mod_of(call))
+        except WorldError as exc:
+            raise BindingError(f"{exc} [{exc.code}]", reason=exc.code) from None
+
     def set_color(call: HostCall, args: SetColorArgs) -> CommandId:
         """Queue a color change (r, g, b, a in 0..1); returns the command id."""
         return submit(call, "set_color", args)
@@ -228,14 +237,15 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
                 "z": args.z + uz * distance}
 
     def make(name: str, args: Any, fn: Callable[..., Any], risk: str, cost: int,
-             description: str = "", *, unpack: bool = False) -> Binding:
+             description: str = "", *, unpack: bool = False,
+             fast_pairs: Callable[..., Any] | None = None) -> Binding:
         doc = description or (fn.__doc__ or "").strip().split("\n")[0]
         return Binding(f"coreai_world_{name}", args, fn, risk=risk, group="world",  # type: ignore[arg-type]
-                       cost=cost, description=doc, unpack=unpack)
+                       cost=cost, description=doc, unpack=unpack, fast_pairs=fast_pairs)
 
     return (
         make("spawn", SpawnArgs, spawn, "write", 2),
-        make("change", ChangeArgs, change, "write", 2),
+        make("change", ChangeArgs, change, "write", 2, fast_pairs=change_fast),
         make("set_color", SetColorArgs, set_color, "write", 2),
         make("destroy", DestroyArgs, destroy, "write", 2),
         make("spawn_batch", SpawnBatchArgs, spawn_batch, "write", 20),

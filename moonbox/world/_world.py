@@ -14,6 +14,7 @@ from .._errors import ConfigError
 from ._commands import (
     MAX_FIND,
     ChangeArgs,
+    ChangeFields,
     Command,
     CommandKind,
     CommandResult,
@@ -205,7 +206,7 @@ class World:
     @property
     def pending(self) -> tuple[Command, ...]:
         """Commands queued and not yet applied, in order."""
-        return tuple(self._pending)
+        return tuple(_modelled(c) for c in self._pending)
 
     def submit(self, kind: CommandKind, args: BaseModel | dict[str, Any],
                mod: str | None = None) -> Command:
@@ -261,6 +262,34 @@ class World:
                 "back: commit in smaller parts", code="transaction")
         tx.append(command)
         return command
+
+    def submit_placement(self, name: str, fields: dict[str, float],
+                         mod: str | None = None) -> int | None:
+        """Queue a change of placement only, as :meth:`submit` queues
+        ``ChangeArgs(name=name, fields=fields)``, with no model built; returns the
+        command's id. ``fields`` (taken as it is: the caller gives it up) maps some of
+        ``x y z rx ry rz scale`` to floats, and ``name`` is a string of at most 256
+        characters: the values the model would hold (the caller checked them; the
+        ``coreai_world_change`` binding's fast path does, with a checker compiled from
+        the model). Returns ``None``, queuing nothing, when ``fields`` is empty or holds
+        another field, or ``mod`` has a transaction open: :meth:`submit` serves those.
+
+        Raises:
+            WorldError: ``queue_full``, as :meth:`submit`.
+        """
+        if not fields or not fields.keys() <= _PLACEMENT or (
+                self._transactions and mod in self._transactions):
+            return None
+        pending, by_mod = self._pending, self._pending_by_mod
+        mine = by_mod.get(mod, 0)
+        if len(pending) >= self.max_pending or (
+                mod is not None and mine >= self.max_pending_per_mod):
+            self._check_room(mod, 1)
+        command_id = self._next_command
+        self._next_command = command_id + 1
+        pending.append(Command(command_id, mod, "change", _Placement(name, fields)))
+        by_mod[mod] = mine + 1
+        return command_id
 
     def _check_room(self, mod: str | None, n: int) -> None:
         if len(self._pending) + n > self.max_pending:
@@ -362,10 +391,14 @@ class World:
         with a changed copy (no one outside the world holds an entity: it hands out
         copies)."""
         a = command.args
-        f = a.fields
-        given = f.__pydantic_fields_set__
-        if not given <= _PLACEMENT:
-            return self._apply_single(command)
+        if type(a) is _Placement:  # queued by submit_placement: placement only
+            values = given = a.fields
+        else:
+            f = a.fields
+            given = f.__pydantic_fields_set__
+            if not given <= _PLACEMENT:
+                return self._apply_single(command)
+            values = f.__dict__
         mod = command.mod
         name = a.name
         eid = self._by_name.get(name)
@@ -375,8 +408,20 @@ class World:
             entity = self._entities[eid]
             if mod is not None and entity.owner != mod:
                 self._touch(entity, mod)
-            values = f.__dict__
             bound = self.bound
+            if len(given) == 1 and "scale" not in given:
+                # One coordinate or rotation, the commonest change: no loop over the
+                # axes, nothing to collect (the checks and the result are the same).
+                for axis in given:
+                    v = values[axis]
+                if v is not None:
+                    if -bound <= v <= bound:  # in bounds: finite too
+                        v = float(v) + 0.0
+                    else:
+                        v = self._number(v, axis)
+                    setattr(entity, axis, v)
+                return CommandResult(command.id, mod, "change", "applied", None,
+                                     f"changed {name}", (entity.name,))
             new: list[tuple[str, float]] = []
             for axis in _AXES:
                 if axis in given:
@@ -837,8 +882,34 @@ class World:
         return iter(self.entities())
 
 
+class _Placement:
+    """The arguments of a change of placement queued by :meth:`World.submit_placement`:
+    what ``ChangeArgs`` would hold, without the model (building one costs more than the
+    rest of the write). Only the world sees it: :attr:`World.pending` and snapshots
+    give the model."""
+
+    __slots__ = ("name", "fields")
+
+    def __init__(self, name: str, fields: dict[str, float]) -> None:
+        self.name = name
+        self.fields = fields
+
+    def model(self) -> ChangeArgs:
+        # In the model's field order, as a submitted model would dump.
+        return ChangeArgs.model_validate({"name": self.name, "fields": {
+            k: self.fields[k] for k in ChangeFields.model_fields if k in self.fields}})
+
+
+def _modelled(command: Command) -> Command:
+    # The command as submit would have queued it.
+    if type(command.args) is _Placement:
+        return Command(command.id, command.mod, command.kind, command.args.model())
+    return command
+
+
 def _command_doc(command: Command) -> dict[str, Any]:
     # Only the fields the command was given: a change applies exactly those.
+    command = _modelled(command)
     args = command.args
     if command.kind == "transaction":
         args = [_command_doc(sub) for sub in args]
