@@ -15,7 +15,8 @@ Invariants (the names are what reproducers and reports show):
   no Python exception).
 - ``wall-time``: every resume ends within its wall budget plus a margin.
 - ``syntax-verdict``: the sandbox refuses a program as a syntax error exactly when LuaJIT's
-  own parser does (or when the instrumented form passes one of LuaJIT's limits).
+  own parser does (or when the instrumented form passes one of LuaJIT's limits, or the source
+  one of the sandbox's documented parser limits: too many gotos or colliding numbers).
 - ``capability``: after the program, nothing reachable from the mod's environment is a host
   capability, a userdata or a raw-memory cdata (walked from the host side, ``reach.lua``).
 - ``sibling``: a sandbox created before the program still answers ``1 + 1`` and its
@@ -94,8 +95,10 @@ from lupa import luajit21
 from .._errors import MAX_SOURCE_BYTES, BudgetExceeded, Frame, ScriptError, SourceTooLarge
 from ..bindings import Registry, default_bindings
 from ..sandbox import STALL_MARGIN_S, Budget, Outcome, Sandbox, Stats
+from ..sandbox._parser_limits import SourceLimitError, check_parser_limits
 from ..sandbox._run import MAX_REPORT_CHARS, MAX_REPORTS, REPORTS_DROPPED
 from ..sandbox._runtime import MAX_MESSAGE_BYTES
+from ..sandbox._tokenizer import LuaTokenError, tokenize
 from ..sandbox._watchdog import stall_margin_s
 
 __all__ = [
@@ -578,6 +581,19 @@ class Checker:
         """Whether LuaJIT's own parser accepts the source (nothing of it runs)."""
         return bool(self._parses(source.encode("utf-8", "surrogateescape")))
 
+    @staticmethod
+    def over_parser_limits(source: str) -> bool:
+        """Whether the source passes one of the sandbox's documented parser limits (more
+        gotos, or more colliding number constants, than loading can take in linear work):
+        the sandbox refuses it as a syntax error although LuaJIT's parser would take it."""
+        try:
+            check_parser_limits(tokenize(source))
+        except SourceLimitError:
+            return True
+        except (LuaTokenError, ValueError):
+            return False  # not Lua the tokenizer reads: LuaJIT's parser judges it
+        return False
+
     def check(self, source: str, profile: str, kind: str = "composed") -> CaseResult:
         """Run one program under the profile's budget; every invariant it broke, with the
         invariants of its ``kind`` of case (see the module's documentation)."""
@@ -589,7 +605,7 @@ class Checker:
         # CPU, and a niced worker on a busy machine stretched 0.5 s sorts to 2.5 s of wall.
         uninterruptible = kind in ("long-operation", "colliding-keys")
         margin_s = self.margin_s + (STALL_MARGIN_S if uninterruptible else 0.0)
-        expect_syntax = not self.parses(source)
+        expect_syntax = not self.parses(source) or self.over_parser_limits(source)
         self._seed = (self._seed * 1103515245 + 12345) % (1 << 31)
         sb = self._sandbox(budget)
         try:

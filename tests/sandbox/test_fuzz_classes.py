@@ -51,6 +51,7 @@ from moonbox.fuzz._programs import (
     source_size_case,
 )
 from moonbox.sandbox import Stats
+from moonbox.sandbox._parser_limits import MAX_GOTOS
 from moonbox.sandbox._run import MAX_REPORTS, REPORTS_DROPPED
 
 NEW_KINDS = ("colliding-keys", "error-value", "source-size", "report-flood", "long-operation")
@@ -343,3 +344,23 @@ def test_a_quadratic_copy_of_colliding_keys_is_caught_against_its_twin():
     finally:
         quadratic.close()
     assert "host-time" in names(found), found
+
+
+# -- the sandbox's own parser limits ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", [
+    "::top:: " + "goto top " * (MAX_GOTOS + 1),
+    "do " + "goto l " * (MAX_GOTOS + 1) + "::l:: end",
+])
+def test_a_source_past_a_parser_limit_is_expected_refused_though_luajit_takes_it(
+        checker, source):
+    # LuaJIT's parser takes it (in quadratic work); the sandbox refuses it by a documented
+    # limit. That refusal is the expected verdict, and running it would be the miss.
+    assert checker.parses(source) and checker.over_parser_limits(source)
+    assert names(checker.check(source, "steps", "hostile-size").violations) == set()
+
+
+def test_a_source_within_the_parser_limits_is_judged_by_luajit_alone(checker):
+    assert not checker.over_parser_limits("::top:: " + "goto top " * MAX_GOTOS)
+    assert not checker.over_parser_limits("return [[")  # the tokenizer's error: not a limit
