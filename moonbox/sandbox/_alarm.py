@@ -5,16 +5,17 @@ cost so far. When steps suddenly cost far more (a cheap loop first, then one who
 step is one long operation), a whole window of K steps runs before the next poll: a
 0.2 s wall budget once ended tens of seconds late. The alarm bounds that without touching
 the checks: one daemon thread per process looks at every sandbox with a resume running,
-and for one past its deadline (plus ALARM_GRACE_S) it arms the runtime's count hook for
-the very next VM instruction, through LuaJIT's ``lua_sethook``, which LuaJIT lets a signal
-handler or another thread call. The hook (meter.lua) reads the meter's own clock and
-deadline: past it, the resume trips on time at that instruction (with the JIT: its first
-one back in mod code); a stale alarm, for a resume that ended meanwhile, only disarms.
+and for one past its deadline (plus ALARM_GRACE_S) it does two things. It writes POLL_NOW
+into the meter's poll flag, which every instrumented check compares the step window with,
+so the next check, interpreted or in a loop the JIT compiled whole, enters the slow path,
+polls the clock and trips. And it arms the runtime's count hook for the very next VM
+instruction, through LuaJIT's ``lua_sethook``, which LuaJIT lets a signal handler or
+another thread call: the hook (meter.lua) covers the prelude's own code, which has no
+checks. Both read the meter's own clock and deadline: past it, the resume trips on time; a
+stale alarm, for a resume that ended meanwhile, costs one poll and no step.
 
-What it cannot reach: code compiled by the JIT runs no hook until it leaves its trace, so
-a loop compiled whole still polls on its window (docs/threat-model.md). The thread wakes
-every ALARM_TICK_S while any sandbox exists; it holds the interpreter lock for a few
-microseconds each time, and nothing runs on a resume's own path.
+The thread wakes every ALARM_TICK_S while any sandbox exists; it holds the interpreter lock
+for a few microseconds each time, and nothing runs on a resume's own path.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ comes first in ordinary code (it lands within about a millisecond)."""
 PREEMPT_GRACE_S = 0.05
 """The grace of a preemptible resume: a hook cannot yield, so an alarm ends the slice in a
 time trip rather than a preemption, and it waits longer for the meter's own poll."""
+
+POLL_NOW = 0x7FFFFFFF
+"""What the alarm writes into the poll flag (meter.lua's cell[1]): above any step window, so
+the next instrumented check enters the slow path."""
 
 _LUA_MASKCOUNT = 8
 
@@ -117,8 +122,7 @@ class _Alarm:
                         continue
                     # `state` holds the runtime: its Lua state stays valid meanwhile.
                     address, flag = state[1], state[2]
-                    if flag:
-                        ctypes.c_int32.from_address(flag).value = 1
+                    ctypes.c_int32.from_address(flag).value = POLL_NOW
                     sethook(address, hookf, _LUA_MASKCOUNT, 1)
                 except Exception:  # noqa: BLE001, S112 - a sandbox closing meanwhile
                     continue
@@ -135,7 +139,7 @@ def watch(sandbox: Any) -> None:
     deadline, the alarm arms its runtime's hook (module docstring). The sandbox provides
     ``_running`` (None between resumes), ``_deadline`` on ``_clock``, ``preempt``, and
     ``_alarm_state``: None, or its runtime, the address of a Lua state of that runtime,
-    and the address of the jit=False alarm flag (0 with the JIT)."""
+    and the address of the meter's poll flag."""
     _ALARM.watch(sandbox)
 
 

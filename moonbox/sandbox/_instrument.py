@@ -5,11 +5,15 @@ LuaJIT never runs debug hooks inside compiled traces, so a count hook cannot sto
 loop with the JIT on. Instead the instrumenter writes the check into the source, where the
 JIT compiles it along with the loop:
 
-    N[0]=N[0]-1 if N[0]<0 then S()end
+    N[0]=N[0]-1 if N[0]<P[0] then S()end
 
-``N`` is a one-slot FFI ``int32_t`` array (the step window) and ``S`` the meter's slow path;
-both are parameters of a wrapper function around the mod's chunk, named with a per-sandbox
-random suffix, so no mod code can name them (``__mb``-prefixed names are refused outright).
+``N`` is an FFI ``int32_t`` array whose slot 0 is the step window, ``P`` a pointer to its
+slot 1, the poll flag (0, or far above any window when the host's alarm asks for a poll
+now), and ``S`` the meter's slow path. The JIT cannot prove ``P[0]`` distinct from
+``N[0]``, so a compiled loop loads the flag again after every store to the window, and
+stops at its next check once the alarm sets it (docs/metering.md). All three are
+parameters of a wrapper function around the mod's chunk, named with a per-sandbox random
+suffix, so no mod code can name them (``__mb``-prefixed names are refused outright).
 
 Where the checks go, and why that covers every loop:
 
@@ -92,17 +96,17 @@ class ReservedNameError(ValueError):
 class Instrumented:
     """Instrumented chunk text and how many checks it holds.
 
-    ``source`` is a chunk that returns the mod's main function with two leading parameters:
-    call it as ``main(cell, slow, ...)``. One function level is added, no line.
+    ``source`` is a chunk that returns the mod's main function with three leading
+    parameters: call it as ``main(cell, poll, slow, ...)``. One function level is added, no line.
     """
 
     source: str
     checks: int
 
 
-def check_text(cell: str, slow: str, weight: int = 1) -> str:
+def check_text(cell: str, poll: str, slow: str, weight: int = 1) -> str:
     """The inline check inserted at each metering point, charging ``weight`` steps."""
-    return f" {cell}[0]={cell}[0]-{weight} if {cell}[0]<0 then {slow}()end "
+    return f" {cell}[0]={cell}[0]-{weight} if {cell}[0]<{poll}[0] then {slow}()end "
 
 
 def _strip_header(src: str) -> str:
@@ -118,10 +122,10 @@ def _strip_header(src: str) -> str:
     return src
 
 
-def instrument(src: str, *, cell: str, slow: str) -> Instrumented:
+def instrument(src: str, *, cell: str, poll: str, slow: str) -> Instrumented:
     """Insert budget checks into Lua source and wrap it to receive the meter.
 
-    ``cell`` and ``slow`` are the names the checks use; they must start with
+    ``cell``, ``poll`` and ``slow`` are the names the checks use; they must start with
     :data:`RESERVED_PREFIX`.
 
     Raises:
@@ -129,14 +133,14 @@ def instrument(src: str, *, cell: str, slow: str) -> Instrumented:
         ReservedNameError: the source names a reserved identifier.
         ValueError: a ``function`` without a parameter list (the source is not valid Lua).
     """
-    if not (cell.startswith(RESERVED_PREFIX) and slow.startswith(RESERVED_PREFIX)):
+    if not all(name.startswith(RESERVED_PREFIX) for name in (cell, poll, slow)):
         raise ValueError("meter names must use the reserved prefix")
     src, offsets, weights = _plans.plan(src)
-    parts = [f"return function({cell},{slow},...) "]
+    parts = [f"return function({cell},{poll},{slow},...) "]
     last = 0
     for offset, weight in zip(offsets, weights, strict=True):
         parts.append(src[last:offset])
-        parts.append(check_text(cell, slow, weight))
+        parts.append(check_text(cell, poll, slow, weight))
         last = offset
     parts.append(src[last:])
     parts.append("\nend")

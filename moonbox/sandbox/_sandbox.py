@@ -87,7 +87,7 @@ class Sandbox:
         "_call_fresh",
         "_h_set_budget", "_h_start", "_h_start_kept",
         "_host_functions", "_limit", "_loose_limit", "_lua_budget", "_max_memory",
-        "_not_enough_memory", "_rt", "_running", "_runs", "_slow_name", "_start",
+        "_not_enough_memory", "_poll_name", "_rt", "_running", "_runs", "_slow_name", "_start",
         "_wall_s_limit", "budget", "deterministic", "jit", "preempt", "replacements", "seed",
         "value_limits", "__weakref__", "_watchdog", "_margin_s", "_margin_now", "_late_s",
         "abandoned",
@@ -143,6 +143,7 @@ class Sandbox:
                 raise ConfigError(f"host function {hf.name!r} would shadow a standard global")
         suffix = secrets.token_hex(6)
         self._cell_name = f"__mb_n{suffix}"
+        self._poll_name = f"__mb_p{suffix}"
         self._slow_name = f"__mb_s{suffix}"
         self._generation = 0
         self._runs: dict[int, Run] = {}
@@ -313,7 +314,8 @@ class Sandbox:
         # Instrumented in both modes, so reserved names are refused alike; the count-hook
         # mode then loads the source as it is.
         try:
-            inst = instrument(text, cell=self._cell_name, slow=self._slow_name)
+            inst = instrument(text, cell=self._cell_name, poll=self._poll_name,
+                              slow=self._slow_name)
         except ReservedNameError as exc:
             raise self._syntax(str(exc).split(": ", 1)[1], chunk, exc.line) from None
         except SourceLimitError as exc:  # never handed to the parser
@@ -337,7 +339,7 @@ class Sandbox:
                     m = POSITION.match(message.split("(", 1)[-1])
                     raise self._syntax(
                         f"{m.group(3).rstrip(')') if m else message} once instrumented: "
-                        "moonbox adds up to 2 upvalues to each function and one nesting "
+                        "moonbox adds up to 3 upvalues to each function and one nesting "
                         "level, and this source is at LuaJIT's limit; split the function "
                         "or nest less",
                         chunk, int(m.group(2)) if m else None,

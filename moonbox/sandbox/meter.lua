@@ -27,7 +27,8 @@ end
 -- The meter.
 --
 -- `cell[0]` is the step window: instrumented checks decrement it and call `slow` when it
--- drops below zero. `slow` accounts the window, polls the clock and the heap, adapts the
+-- drops below `cell[1]`, the poll flag: 0, or POLL_NOW (far above any window) when the
+-- host's alarm asks the resume to poll at once. `slow` accounts the window, polls the clock and the heap, adapts the
 -- poll interval K, and either refills the window, preempts (yields) or trips.
 --
 -- The cell is a 32-bit integer: in compiled code a check is then an integer subtract, and
@@ -37,8 +38,14 @@ end
 -- 2^24) and calls `slow` as soon as the cell is negative, and charges that go past the
 -- window are accounted exactly by `overdrawn`, never stored.
 -------------------------------------------------------------------------------------------
--- cell[1] is the alarm flag of jit=False: the host's alarm (the host table's `alarm` entry
--- points) sets it before it arms the hook for the next instruction.
+-- The poll flag is the one way the alarm (moonbox/sandbox/_alarm.py, a host thread) reaches
+-- a resume past its deadline: it writes POLL_NOW into cell[1], then arms the count hook for
+-- the next instruction. A check compares the window with the flag through a pointer (see
+-- host.compile) the JIT cannot prove distinct from cell[0], so even a loop compiled whole,
+-- which runs no hook, reloads the flag after each store to the window and enters `slow` at
+-- its next check; `slow` puts the flag back to 0 and computes the window from cell[0] alone,
+-- so a stale alarm costs one poll and no step. jit=False runs no checks: its hook reads the
+-- flag to tell the alarm from its own count.
 local cell = ffi.new("int32_t[2]")
 local STICKY = -1073741824                -- -2^30: stays negative whatever a check subtracts
 -- K_MAX bounds the time between polls: a step is at most a bounded amount of straight-line
@@ -125,6 +132,7 @@ local hook_pending = false
 local restore_hook  -- set with the hook
 
 local function slow()
+  cell[1] = 0  -- the alarm's poll is this one
   if tripped then raise_trip() end
   if hook_pending then restore_hook() end
   account()
@@ -321,8 +329,8 @@ host.clock = CLOCK
 -- The alarm (moonbox/sandbox/_alarm.py): a host thread that, when a resume is past its
 -- deadline and has not polled, arms the count hook for the next instruction through the
 -- C API (lua_sethook, which LuaJIT lets another thread call): any state of this runtime
--- names it, so a coroutine kept here gives its address. jit=False also gets the flag's
--- address, so its hook tells the alarm from its own count.
+-- names it, so a coroutine kept here gives its address. It also gets the poll flag's
+-- address, and writes POLL_NOW there first (see the cell above).
 host.alarm_state = co_create(function() end)
 host.alarm_address = s_format("%p", host.alarm_state)
-host.alarm_flag = config.jit and 0 or tonumber(ffi.cast("intptr_t", cell + 1))
+host.alarm_flag = tonumber(ffi.cast("intptr_t", cell + 1))

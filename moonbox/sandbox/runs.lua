@@ -24,7 +24,10 @@ function host.compile(source, wrapped_source, chunkname, env)
       return nil, "moonbox could not instrument this source (" .. err .. ")", true
     end
     local body = maker()
-    fn = function(...) return body(cell, slow, ...) end
+    -- The checks compare the window with cell[1], the poll flag, through a pointer the
+    -- JIT cannot prove distinct from the cell: a compiled loop reloads it (meter.lua).
+    local poll = ffi.cast("int32_t*", cell) + 1
+    fn = function(...) return body(cell, poll, slow, ...) end
     main_of[fn] = body
   end
   m_chunks[chunkname] = true
@@ -184,6 +187,7 @@ local function begin(run, start, growth_limited, kb)
   m_deadline = start + b_wall_s
   if m_k > 4096 then m_k = 4096 end
   refill()
+  cell[1] = 0  -- a poll the alarm asked of the resume before
   if hook_pending then restore_hook() end  -- a resume that ended inside the prelude
   m_active = true
 end

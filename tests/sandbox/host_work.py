@@ -27,7 +27,7 @@ from moonbox.sandbox._tokenizer import LuaTokenError
 
 _COUNTED_FILES = frozenset({_instrument.__file__, _tokenizer.__file__})
 
-CELL, SLOW = "__mb_n", "__mb_s"
+CELL, POLL, SLOW = "__mb_n", "__mb_p", "__mb_s"
 
 
 def counted_work(fn: Callable[[], Any]) -> int:
@@ -62,7 +62,7 @@ def instrument_work(src: str) -> int:
     """Counted work of instrumenting ``src`` from scratch (no cached plan)."""
     _plans.clear()
     try:
-        return counted_work(lambda: instrument(src, cell=CELL, slow=SLOW))
+        return counted_work(lambda: instrument(src, cell=CELL, poll=POLL, slow=SLOW))
     finally:
         _plans.clear()
 

@@ -264,18 +264,14 @@ def test_a_loop_whose_steps_grow_costly_is_stopped_by_the_alarm(jit):
 
 
 # The same work in a loop the JIT compiles whole: a trace runs no hook, and it keeps the
-# step window in a register, so neither the alarm nor any write to the cell reaches it
-# before the window runs out (69 s under a 0.2 s budget, measured). Still open.
+# step window in a register (69 s under a 0.2 s budget, before the poll flag). Every check
+# compares the window with the poll flag through a pointer the JIT reloads after each store,
+# and the alarm raises the flag: the loop's next check polls.
 COMPILED_LONG_COMPARISONS = (
     "for _ = 1, 3e6 do end "
     "local a = {string.rep('x', 4194304) .. 'a', string.rep('x', 4194304) .. 'b'} "
     "local x for i = 1, 1e9 do x = a[i % 2 + 1] < a[(i + 1) % 2 + 1] end")
 
 
-# Not strict: where a fresh runtime's JIT leaves the loop to the interpreter (its trace
-# selection varies, DESIGN.md §2.16), the alarm stops it in time.
-@pytest.mark.xfail(strict=False, reason="open: a compiled trace polls only when its step window "
-                   "(2^17 steps) runs out, and its loads of the cell are forwarded from its "
-                   "stores, so the alarm cannot reach it (docs/threat-model.md)")
 def test_a_compiled_loop_whose_steps_grow_costly_trips_its_wall_budget():
     assert _stopped_in_time(COMPILED_LONG_COMPARISONS, jit=True)

@@ -35,7 +35,7 @@ from moonbox.sandbox._instrument import (
 )
 from moonbox.sandbox._tokenizer import TokenKind, tokenize
 
-CELL, SLOW = "__mb_n", "__mb_s"
+CELL, POLL, SLOW = "__mb_n", "__mb_p", "__mb_s"
 HUGE_WINDOW = 2.0**40
 
 PROPERTY = settings(
@@ -85,15 +85,16 @@ function H.instrumented(wrapped, name, window, ...)
   local marks = {}
   local maker, err = load(wrapped, name, "t", fresh_env(marks))
   if not maker then return "syntax|" .. err, 0 end
-  local cell = ffi.new("double[1]", window)
+  local cell = ffi.new("double[2]", window, 0)
+  local poll = ffi.cast("double*", cell) + 1  -- the poll flag, never raised here
   local spent = 0
   local function slow()
     spent = spent + (window - cell[0])
     cell[0] = window
   end
-  -- The chunk returns the mod's main function, called as main(cell, slow, ...).
+  -- The chunk returns the mod's main function, called as main(cell, poll, slow, ...).
   local main = maker()
-  local result = describe(marks, pcall(main, cell, slow, ...))
+  local result = describe(marks, pcall(main, cell, poll, slow, ...))
   return result, spent + (window - cell[0])
 end
 
@@ -118,7 +119,7 @@ def run_raw(harness, src: str, *args: object, name: str = "=prog") -> str:
 def run_instrumented(
     harness, src: str, *args: object, window: float = HUGE_WINDOW, name: str = "=prog"
 ) -> tuple[str, int]:
-    wrapped = instrument(src, cell=CELL, slow=SLOW).source
+    wrapped = instrument(src, cell=CELL, poll=POLL, slow=SLOW).source
     result, steps = harness.instrumented(
         wrapped.encode("utf-8", "surrogateescape"), name.encode(), window, *args
     )
@@ -388,7 +389,7 @@ def test_top_level_varargs(harness) -> None:
 
 def _wrapper() -> tuple[str, str]:
     """The text the instrumenter puts before and after the mod's source."""
-    empty = instrument("", cell=CELL, slow=SLOW).source
+    empty = instrument("", cell=CELL, poll=POLL, slow=SLOW).source
     head, newline, tail = empty.partition("\n")
     return head, newline + tail
 
@@ -398,15 +399,15 @@ def test_wrapper_adds_no_line() -> None:
     assert luajit_lines(head) == 0 and luajit_lines(tail) == 1
     assert CELL in head and SLOW in head
     src = "local s = [[\r\n\n]]\nfor i = 1, 2 do\r  goto x ::x::\n end --\n\rreturn 1"
-    out = instrument(src, cell=CELL, slow=SLOW).source
+    out = instrument(src, cell=CELL, poll=POLL, slow=SLOW).source
     assert out.startswith(head) and out.endswith(tail)
     assert luajit_lines(out) == luajit_lines(src) + 1  # only the wrapper's closing line
 
 
 def test_the_check_text() -> None:
-    assert check_text("N", "S") == " N[0]=N[0]-1 if N[0]<0 then S()end "
-    assert check_text("N", "S", 7) == " N[0]=N[0]-7 if N[0]<0 then S()end "
-    assert "\n" not in check_text(CELL, SLOW) and "\r" not in check_text(CELL, SLOW)
+    assert check_text("N", "P", "S") == " N[0]=N[0]-1 if N[0]<P[0] then S()end "
+    assert check_text("N", "P", "S", 7) == " N[0]=N[0]-7 if N[0]<P[0] then S()end "
+    assert "\n" not in check_text(CELL, POLL, SLOW) and "\r" not in check_text(CELL, POLL, SLOW)
 
 
 # -- where the checks go --------------------------------------------------------------------
@@ -438,7 +439,7 @@ def test_the_check_text() -> None:
     ],
 )
 def test_check_count(src: str, checks: int) -> None:
-    assert instrument(src, cell=CELL, slow=SLOW).checks == checks
+    assert instrument(src, cell=CELL, poll=POLL, slow=SLOW).checks == checks
 
 
 @pytest.mark.parametrize(
@@ -615,7 +616,7 @@ def test_marker_lines_are_unchanged(harness) -> None:
 )
 def test_reserved_names_are_refused_with_their_line(src: str, name: str, line: int) -> None:
     with pytest.raises(ReservedNameError) as info:
-        instrument(src, cell=CELL, slow=SLOW)
+        instrument(src, cell=CELL, poll=POLL, slow=SLOW)
     assert (info.value.name, info.value.line) == (name, line)
     assert str(info.value).startswith(f"line {line}: the name '{name}' is reserved")
 
@@ -642,9 +643,11 @@ def test_reserved_prefix() -> None:
 
 def test_meter_names_must_be_reserved() -> None:
     with pytest.raises(ValueError, match="reserved prefix"):
-        instrument("return 1", cell="n", slow="__mb_s")
+        instrument("return 1", cell="n", poll="__mb_p", slow="__mb_s")
     with pytest.raises(ValueError, match="reserved prefix"):
-        instrument("return 1", cell="__mb_n", slow="slow")
+        instrument("return 1", cell="__mb_n", poll="p", slow="__mb_s")
+    with pytest.raises(ValueError, match="reserved prefix"):
+        instrument("return 1", cell="__mb_n", poll="__mb_p", slow="slow")
 
 
 def test_sandbox_refuses_a_reserved_name_as_a_syntax_error() -> None:
@@ -668,7 +671,7 @@ def test_non_utf8_identifier_bytes(harness) -> None:
 
 # -- LuaJIT's compiler limits ---------------------------------------------------------------
 #
-# The wrapper adds a function level and every check is one more block and a reference to two
+# The wrapper adds a function level and every check is one more block and a reference to three
 # upvalues, so a mod right at one of LuaJIT's compile-time limits can exceed it once
 # instrumented (docs/metering.md). Below the limit nothing changes; at it, the sandbox refuses
 # the mod with a syntax error that names the cause, never a HostError.
@@ -695,15 +698,15 @@ def _compiles(harness, src: str) -> tuple[bool, bool]:
 
 @pytest.mark.parametrize(
     "src",
-    [_upvalues(58), _nested_blocks(150), _long_loop_body(2000)],
-    ids=["58_upvalues", "150_nested_blocks", "2000_checks_in_a_loop"],
+    [_upvalues(57), _nested_blocks(150), _long_loop_body(2000)],
+    ids=["57_upvalues", "150_nested_blocks", "2000_checks_in_a_loop"],
 )
 def test_below_luajits_limits_instrumented_code_compiles(harness, src: str) -> None:
     assert _compiles(harness, src) == (True, True)
 
 
 AT_THE_LIMIT = {
-    "59_upvalues": (_upvalues(59), 2),  # 59 + the cell and the slow path > 60
+    "58_upvalues": (_upvalues(58), 2),  # 58 + the cell, the poll flag, the slow path > 60
     "195_nested_blocks": (_nested_blocks(195), 1),  # over 200 syntax levels
     "8000_checks_in_a_loop": (_long_loop_body(8000), 1),  # the backward jump is too long
 }
@@ -751,10 +754,10 @@ def test_instrumented_program_returns_what_the_original_returns(
 @given(program=programs())
 def test_instrumentation_only_inserts_checks(program: Program) -> None:
     """Token for token, the instrumented text is the original plus checks, on the same lines."""
-    inst = instrument(program.source, cell=CELL, slow=SLOW)
+    inst = instrument(program.source, cell=CELL, poll=POLL, slow=SLOW)
     src = program.source.removeprefix("\ufeff")
     original = [(t.kind, t.text, t.line) for t in tokenize(src)]
-    check = [(t.kind, t.text) for t in tokenize(check_text(CELL, SLOW))]
+    check = [(t.kind, t.text) for t in tokenize(check_text(CELL, POLL, SLOW))]
     weight_at = check.index((TokenKind.OP, "-")) + 1  # the check's weight: any positive int
 
     def is_check(window: list) -> bool:
@@ -867,7 +870,7 @@ def test_sandbox_runs_programs_like_raw_luajit(harness, big_sandbox, program: Pr
 
 
 def _weights(src: str) -> list[int]:
-    return [int(w) for w in re.findall(r"\[0\]-(\d+) if", instrument(src, cell=CELL, slow=SLOW).source)]
+    return [int(w) for w in re.findall(r"\[0\]-(\d+) if", instrument(src, cell=CELL, poll=POLL, slow=SLOW).source)]
 
 
 def test_a_check_charges_the_weight_of_its_straight_line_body() -> None:
@@ -894,10 +897,10 @@ def test_nested_bodies_are_weighed_apart() -> None:
 # Where the checks go is kept per source; each sandbox names the meter its own way.
 
 
-def _fresh(src: str, cell: str, slow: str) -> str:
+def _fresh(src: str, cell: str, poll: str, slow: str) -> str:
     _plans.clear()
     try:
-        return instrument(src, cell=cell, slow=slow).source
+        return instrument(src, cell=cell, poll=poll, slow=slow).source
     finally:
         _plans.clear()
 
@@ -905,14 +908,14 @@ def _fresh(src: str, cell: str, slow: str) -> str:
 @settings(PROPERTY, max_examples=60)
 @given(program=programs(), suffix=st.text("0123456789abcdef", min_size=1, max_size=12))
 def test_a_cached_plan_instruments_as_a_fresh_one(program: Program, suffix: str) -> None:
-    cell, slow = f"__mb_n{suffix}", f"__mb_s{suffix}"
-    first = instrument(program.source, cell=CELL, slow=SLOW)  # planned, or from the cache
-    instrument(program.source, cell=CELL, slow=SLOW)  # seen twice: kept
+    cell, poll, slow = f"__mb_n{suffix}", f"__mb_p{suffix}", f"__mb_s{suffix}"
+    first = instrument(program.source, cell=CELL, poll=POLL, slow=SLOW)  # planned, or from the cache
+    instrument(program.source, cell=CELL, poll=POLL, slow=SLOW)  # seen twice: kept
     assert program.source in _plans or _PlanCache.bytes_of(program.source, _plan_of(
         program.source)) > PLAN_CACHE_MAX_BYTES // 4
-    again = instrument(program.source, cell=cell, slow=slow)  # from the cache
-    assert again.source == _fresh(program.source, cell, slow)
-    assert first.source == _fresh(program.source, CELL, SLOW)
+    again = instrument(program.source, cell=cell, poll=poll, slow=slow)  # from the cache
+    assert again.source == _fresh(program.source, cell, poll, slow)
+    assert first.source == _fresh(program.source, CELL, POLL, SLOW)
     assert again.checks == first.checks
 
 
@@ -920,7 +923,7 @@ def test_a_source_that_fails_is_refused_every_time() -> None:
     src = f"local {RESERVED_PREFIX}x = 1 for i = 1, 3 do end"
     for _ in range(2):
         with pytest.raises(ReservedNameError):
-            instrument(src, cell=CELL, slow=SLOW)
+            instrument(src, cell=CELL, poll=POLL, slow=SLOW)
 
 
 def test_a_source_seen_once_is_not_kept() -> None:
