@@ -45,6 +45,10 @@ HOST_HEADROOM_BYTES = 4 << 20
 HOST_CALL_MARGIN_BYTES = 256 << 10
 
 PRELUDE_NAME = b"=[moonbox prelude]"
+# The metered matcher's chunk: Lua that runs on the mod's behalf, so the count hook and the
+# alarm may poll and trip inside it as in the mod's own code (inside the prelude they wait
+# for its next charge, and a long scan of the matcher's ran seconds past its budget).
+PATTERNS_NAME = b"=[moonbox patterns]"
 # The prelude's files, in the order they are joined into its one chunk: each sees the
 # locals of those before it (prelude.lua says why they share locals, not a table).
 PRELUDE_PARTS = (
@@ -76,7 +80,7 @@ def _prelude_bytecode() -> tuple[bytes, bytes]:
     patterns = files.joinpath("patterns.lua").read_bytes()
     rt = lua.LuaRuntime(register_eval=False, register_builtins=False, encoding=None)
     dump = rt.eval("function(src, name) return string.dump(assert(load(src, name, 't'))) end")
-    return bytes(dump(prelude, PRELUDE_NAME)), bytes(dump(patterns, PRELUDE_NAME))
+    return bytes(dump(prelude, PRELUDE_NAME)), bytes(dump(patterns, PATTERNS_NAME))
 
 
 # The allowlist as the prelude reads it: "name ... lib:field,field ...".

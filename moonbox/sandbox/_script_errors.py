@@ -24,7 +24,7 @@ POSITION = re.compile(r"^(.*?):(\d+): (.*)$", re.DOTALL)
 
 # The position a frame of the prelude gives an error it was in (only a stack overflow
 # ever is): the host's chunk and line, which a mod never sees.
-_PRELUDE_POSITION = re.compile(r"^\[moonbox prelude\]:\d+: ", re.DOTALL)
+_PRELUDE_POSITION = re.compile(r"^\[moonbox (?:prelude|patterns)\]:\d+: ", re.DOTALL)
 
 
 def short_chunk(chunk: str) -> str:

@@ -130,6 +130,7 @@ end
 local STACK_OVERFLOW = "stack overflow"
 local HOOKED = not config.jit
 local PRELUDE_WHERE = s_sub(PRELUDE_SOURCE, 2) .. ":"
+local PATTERNS_WHERE = "[moonbox patterns]:"  -- the metered matcher's chunk (_runtime.py)
 
 -- "chunk:line: " of the innermost mod frame of `co` (nil: of the running coroutine).
 local function overflow_where(co)
@@ -153,8 +154,10 @@ local function scrub(err, co, live)
     if HOOKED and (co or live) then return overflow_where(co) .. err end
     return err
   end
-  if s_byte(err, 1) == 91 and s_find(err, PRELUDE_WHERE, 1, true) == 1 then  -- "["
-    local colon = s_find(err, ": ", #PRELUDE_WHERE + 1, true)
+  if s_byte(err, 1) == 91 then  -- "["
+    local where = s_find(err, PRELUDE_WHERE, 1, true) == 1 and PRELUDE_WHERE
+      or s_find(err, PATTERNS_WHERE, 1, true) == 1 and PATTERNS_WHERE
+    local colon = where and s_find(err, ": ", #where + 1, true)
     if colon then return s_sub(err, colon + 2) end
   end
   return err

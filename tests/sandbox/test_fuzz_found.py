@@ -275,3 +275,32 @@ COMPILED_LONG_COMPARISONS = (
 
 def test_a_compiled_loop_whose_steps_grow_costly_trips_its_wall_budget():
     assert _stopped_in_time(COMPILED_LONG_COMPARISONS, jit=True)
+
+
+# As the fuzzer found it (seed 3004, --no-jit, example 149): a pattern the native matcher
+# would take quadratic time on runs in the metered matcher (patterns.lua), whose scan of a
+# 1 MiB run of one character is one long stretch of Lua between two charges. That chunk
+# was named as the prelude, where the count hook never polls or trips: each instruction of
+# the scan called the hook, which waited for the next charge. Under a budget of 100,000
+# steps the run was charged 1,017,133 and ran 5.8-9.9 s past a 0.2 s wall budget; the JIT
+# charged the same and stopped in 0.01 s. The matcher now has a chunk of its own, where
+# the hook and the alarm trip as in the mod's code.
+BACKTRACKING_MATCH = "local s = string.rep('a', 1e6) .. 'c' return string.match(s, '(a*)*')"
+
+
+@modes
+def test_the_metered_matcher_is_stopped_at_its_step_budget(jit):
+    import moonbox
+
+    with moonbox.Sandbox(moonbox.Budget(steps=100_000, wall_s=1000, max_memory="64MB",
+                                        alloc_bytes="64MB"), jit=jit) as sb:
+        out = sb.run(BACKTRACKING_MATCH, CHUNK)
+    assert out.status == "budget" and out.error.budget == "steps"
+    if not jit:  # the hook trips at its next count in the matcher: a few periods late
+        assert out.stats.steps < 110_000
+    # With the JIT the matcher's charge of its whole scan is made before the scan.
+
+
+@modes
+def test_the_metered_matcher_is_stopped_at_its_wall_budget(jit):
+    assert _stopped_in_time(BACKTRACKING_MATCH.replace("1e6", "4e6"), jit=jit)
