@@ -267,9 +267,9 @@ class Run(ReportLines):
                 return self._called(self.resume(*args))
         if self.reports or self.reports_dropped_now:
             self._new_resume()  # the caps are per call: the host took the last call's
-        sb._running = self
         sb._start = start
         sb._deadline = start + sb._wall_s_limit
+        sb._running = self  # after the deadline: the alarm reads them in this order
         try:
             res = sb._h_call(self._id, start, sb._call_growth_limited, sb._call_fresh, *args)
         except lua.LuaMemoryError:
