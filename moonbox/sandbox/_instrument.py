@@ -21,7 +21,9 @@ Where the checks go, and why that covers every loop:
   step) and every ``repeat``: each iteration of every loop statement passes one;
 - at the start of every ``function`` body (before its first token, so on that token's line):
   recursion, mutual recursion, tail calls and callbacks from C (``sort`` comparators, ``gsub``
-  functions, metamethods) pass one;
+  functions, metamethods) pass one. The entry of a function that calls nothing (its nested
+  functions apart) charges without testing the window: the next full check comes within a
+  bounded amount of work (see :func:`_plan_of`);
 - before every ``goto``: the back-edge of a goto loop is the ``goto`` itself. A check right
   after the *label* would break Lua's rule that a label at the end of a block is outside the
   scope of the block's locals, so the check sits on the jump instead;
@@ -52,6 +54,7 @@ import threading
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 from ._parser_limits import check_parser_limits
 from ._tokenizer import Token, TokenKind, tokenize
@@ -105,7 +108,11 @@ class Instrumented:
 
 
 def check_text(cell: str, poll: str, slow: str, weight: int = 1) -> str:
-    """The inline check inserted at each metering point, charging ``weight`` steps."""
+    """The inline check inserted at each metering point, charging ``weight`` steps; a
+    negative weight is the entry of a function that calls nothing (see :func:`_plan_of`):
+    it charges ``-weight`` steps and leaves the test of the window to the next check."""
+    if weight < 0:
+        return f" {cell}[0]={cell}[0]-{-weight} "
     return f" {cell}[0]={cell}[0]-{weight} if {cell}[0]<{poll}[0] then {slow}()end "
 
 
@@ -311,6 +318,11 @@ def _plan_of(src: str) -> Plan:
     seg_limit = SEGMENT_TOKENS
 
     offsets: list[int] = []  # of each check
+    # The entry checks of the functions open around the scan, each with whether its body
+    # (its nested functions apart) has called anything so far; call_free: the entry checks
+    # of the bodies that call nothing (see the weights below).
+    entries: list[list[Any]] = []
+    call_free: list[int] = []
     bases: list[int] = []  # steps a check charges whatever its tokens
     owners: list[int] = []  # the accumulator each check charges for
     acc = [0]  # token counts; 0: tokens before the chunk's first check (none in valid Lua)
@@ -423,6 +435,10 @@ def _plan_of(src: str) -> Plan:
                 if text == "end":
                     if k == _CHUNK or k == _REPEAT:
                         raise fail(tok)
+                    if k == _FUNCTION:
+                        entry, called = entries.pop()
+                        if not called:
+                            call_free.append(entry)
                     stack.pop()
                     top = stack[-1]
                     state = _DONE
@@ -462,6 +478,7 @@ def _plan_of(src: str) -> Plan:
                 # a function's first instruction, which is then the check.
                 top.kind = _FUNCTION
                 top.cur = add_check(tokens[i].start, 1)
+                entries.append([len(offsets) - 1, False])
                 top.flag = False
                 state = _DONE
             elif not (kind is NAME or (kind is OP and text in (",", "..."))):
@@ -513,6 +530,8 @@ def _plan_of(src: str) -> Plan:
                 stack.pop()
                 top = stack[-1]
             elif text == "[" or (state == _PREFIX and (text == "(" or text == "{")):
+                if text != "[" and entries:
+                    entries[-1][1] = True  # a call
                 top = _Frame(_PAREN if text == "(" else _BRACKET if text == "[" else _BRACE,
                              top.cur, top.extra, flag=text == "{")
                 stack.append(top)
@@ -543,7 +562,8 @@ def _plan_of(src: str) -> Plan:
             else:
                 raise fail(tok)
         elif kind is TokenKind.STRING and state == _PREFIX:
-            pass  # a call with a string argument
+            if entries:
+                entries[-1][1] = True  # a call with a string argument
         else:
             raise fail(tok)
     if top.kind == _UNTIL:
@@ -552,15 +572,26 @@ def _plan_of(src: str) -> Plan:
         raise ValueError("the source ends inside a block or an expression")
     weights = array("q", [min(MAX_WEIGHT, base + acc[owner] // TOKENS_PER_STEP)
                           for base, owner in zip(bases, owners, strict=True)])
-    # Several checks at one offset (a goto's and a segment's) become one; a check that
-    # charges nothing is left out.
+    # The entry of a function that calls nothing (its nested functions apart) charges its
+    # steps without testing the window (a negative weight here): such a function starts no
+    # recursion and no chain of calls, its loops and gotos have checks of their own, so the
+    # next full check (one of its loops', or its caller's next) comes after a bounded amount
+    # of work, and sees the charge. A metamethod it triggers is a function with an entry
+    # check of its own; a chain of call-free metamethods ends in a stack overflow. In
+    # compiled code the entry is one subtraction the JIT folds into the next check.
+    for entry in call_free:
+        weights[entry] = -weights[entry]
+    # Several checks at one offset (a goto's and a segment's) become one, a full one if
+    # either is; a check that charges nothing is left out.
     kept_offsets = array("q")
     kept_weights = array("q")
     for offset, weight in zip(offsets, weights, strict=True):
-        if weight <= 0:
+        if weight == 0:
             continue
         if kept_offsets and kept_offsets[-1] == offset:
-            kept_weights[-1] = min(MAX_WEIGHT, kept_weights[-1] + weight)
+            full = kept_weights[-1] > 0 or weight > 0
+            merged = min(MAX_WEIGHT, abs(kept_weights[-1]) + abs(weight))
+            kept_weights[-1] = merged if full else -merged
         else:
             kept_offsets.append(offset)
             kept_weights.append(weight)

@@ -599,6 +599,23 @@ LOOP_SHAPES = {
     "loop_in_print_tostring": (
         f"print(setmetatable({{}}, {{__tostring = function() {LOOP} end}}))"
     ),
+    # A function that calls nothing enters with its charge alone: the next full check stops
+    # it, whatever it does and however it is reached.
+    "call_free_function_in_a_loop": (
+        "local function f(x) return x + 1 end local n = 0 while true do n = f(n) end"
+    ),
+    "call_free_function_comparing_long_strings": (
+        "local s = string.rep('x', 2^20) local function f() return s < s end "
+        "while true do f() end"
+    ),
+    "call_free_index_metamethod_chain": (
+        "local t t = setmetatable({}, {__index = function(s, k) return s[k] end}) "
+        "while true do pcall(function() return t.x end) end"
+    ),
+    "call_free_add_metamethod_chain": (
+        "local mt = {} mt.__add = function(a, b) return a + b end "
+        "local t = setmetatable({}, mt) while true do pcall(function() return t + 1 end) end"
+    ),
     "gsub_callbacks_forever": (
         "local s = string.rep('a', 1000) while true do s = s:gsub('a', function(c) return c end) end"
     ),

@@ -451,6 +451,9 @@ def test_check_count(src: str, checks: int) -> None:
         ("local i = 0 ::top:: i = i + 1 if i < 100 then goto top end", 99),
         ("for k, v in ipairs({1, 2, 3, 4, 5}) do end", 5),
         ("local function f(n) if n > 0 then return f(n - 1) end end f(49)", 50),
+        ("local function f(x) return x + 1 end for i = 1, 10 do f(i) end", 20),  # call-free
+        ("local t = setmetatable({}, {__index = function(t, k) return k end})\n"
+         "for i = 1, 10 do local _ = t[i] end", 20),
         ("local t = {5, 4, 3} local n = 0\n"
          "table.sort(t, function(a, b) n = n + 1 return a < b end) return n", None),
         ("for i = 1, 1000000 do end", 1000000),
@@ -679,7 +682,10 @@ def test_non_utf8_identifier_bytes(harness) -> None:
 
 def _upvalues(count: int) -> str:
     names = [f"u{i}" for i in range(count)]
-    return f"local {', '.join(names)}\nlocal function f() return {' + '.join(names)} end\nreturn 1"
+    # f calls something: its checks name the cell, the poll flag and the slow path (a
+    # function that calls nothing names the cell alone, see below)
+    return (f"local {', '.join(names)}\n"
+            f"local function f() return tostring({' + '.join(names)}) end\nreturn 1")
 
 
 def _nested_blocks(depth: int) -> str:
@@ -757,23 +763,28 @@ def test_instrumentation_only_inserts_checks(program: Program) -> None:
     inst = instrument(program.source, cell=CELL, poll=POLL, slow=SLOW)
     src = program.source.removeprefix("\ufeff")
     original = [(t.kind, t.text, t.line) for t in tokenize(src)]
-    check = [(t.kind, t.text) for t in tokenize(check_text(CELL, POLL, SLOW))]
-    weight_at = check.index((TokenKind.OP, "-")) + 1  # the check's weight: any positive int
+    # A full check, and the entry of a function that calls nothing (its charge alone).
+    forms = [[(t.kind, t.text) for t in tokenize(check_text(CELL, POLL, SLOW, w))]
+             for w in (1, -1)]
+    weight_at = forms[0].index((TokenKind.OP, "-")) + 1  # the check's weight: any positive int
 
-    def is_check(window: list) -> bool:
-        got = [(t.kind, t.text) for t in window]
-        if len(got) != len(check) or not got[weight_at][1].isdigit():
-            return False
-        got[weight_at] = check[weight_at]
-        return got == check
+    def check_length(out: list, i: int) -> int:
+        for check in forms:
+            got = [(t.kind, t.text) for t in out[i : i + len(check)]]
+            if len(got) == len(check) and got[weight_at][1].isdigit():
+                got[weight_at] = check[weight_at]
+                if got == check:
+                    return len(check)
+        return 0
 
     head, tail = _wrapper()
     out = tokenize(inst.source)[len(tokenize(head)) : -len(tokenize(tail))]
     kept, found, i = [], 0, 0
     while i < len(out):
-        if is_check(out[i : i + len(check)]):
+        length = check_length(out, i)
+        if length:
             found += 1
-            i += len(check)
+            i += length
             continue
         kept.append((out[i].kind, out[i].text, out[i].line))
         i += 1
@@ -870,7 +881,40 @@ def test_sandbox_runs_programs_like_raw_luajit(harness, big_sandbox, program: Pr
 
 
 def _weights(src: str) -> list[int]:
-    return [int(w) for w in re.findall(r"\[0\]-(\d+) if", instrument(src, cell=CELL, poll=POLL, slow=SLOW).source)]
+    """The weight of each check, full checks and call-free entries alike."""
+    source = instrument(src, cell=CELL, poll=POLL, slow=SLOW).source
+    return [int(w) for w in re.findall(r"\[0\]-(\d+) ", source)]
+
+
+def _entries(src: str) -> list[str]:
+    """Each check in order: "full", or "charge" for the entry of a function that calls
+    nothing."""
+    source = instrument(src, cell=CELL, poll=POLL, slow=SLOW).source
+    return ["full" if m.group(1) else "charge"
+            for m in re.finditer(r"\[0\]-\d+ (if)?", source)]
+
+
+@pytest.mark.parametrize(
+    ("src", "kinds"),
+    [
+        ("local function f(x) return x * 2 end", ["charge"]),
+        ("local function f(x) return g(x) end", ["full"]),
+        ("local function f(x) return x:m() end", ["full"]),  # a method call
+        ('local function f() return g "s" end', ["full"]),  # a call with a string
+        ("local function f() return g {} end", ["full"]),  # a call with a table
+        ("local function f() return (g)() end", ["full"]),
+        ("local function f(t) return t[1], {t}, (t) end", ["charge"]),  # no call at all
+        # loops keep their own checks; the function around them calls nothing
+        ("local function f(t) for i = 1, 3 do t[i] = i end end", ["charge", "full"]),
+        ("local function f() ::a:: goto a end", ["charge", "full"]),
+        # a nested function's calls are its own
+        ("local function f() return function() g() end end", ["charge", "full"]),
+        ("local function f() g() return function() end end", ["full", "charge"]),
+        ("local function f() local h = function() end h() end", ["full", "charge"]),
+    ],
+)
+def test_only_a_function_that_calls_nothing_enters_without_a_test(src: str, kinds: list[str]) -> None:
+    assert _entries(src) == kinds
 
 
 def test_a_check_charges_the_weight_of_its_straight_line_body() -> None:
