@@ -252,6 +252,7 @@ local RESUME_TOO_DEEP = "coroutine.resume: coroutines nested too deeply (more th
 -- level is given back on its return.
 local function resumed(co, ok, ...)
   c_depth = c_depth - 1
+  if ok and not tripped then return true, ... end  -- the common end, in one call
   if not ok then return rethrow(false, scrub((...), co)) end
   return rethrow(ok, ...)
 end
@@ -271,6 +272,7 @@ end
 -- its caller's position before a message (tail-called: the caller is at level 2).
 local function wrap_result(co, ok, ...)
   c_depth = c_depth - 1
+  if ok and not tripped then return ... end  -- the common end
   if not ok and not tripped and is_memory_error((...)) then rethrow(false, (...)) end
   if tripped then raise_trip() end
   if ok then return ... end
