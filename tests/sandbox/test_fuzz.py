@@ -136,6 +136,17 @@ def test_a_run_past_its_wall_budget_and_margin_is_a_violation():
     assert late is not None and late.invariant == "wall-time"
 
 
+def test_a_resume_kept_off_the_cpu_is_judged_on_its_cpu_time():
+    budget = Budget(wall_s=0.2)
+    # 1.2 s of wall, 0.2 s of it on the CPU: the machine, not the sandbox, made it late
+    assert check_wall(1.2, budget, margin_s=0.75, cpu_s=0.2) is None
+    # the thread computed past the budget and the margin: late whatever the machine did
+    late = check_wall(2.5, budget, margin_s=0.75, cpu_s=1.1)
+    assert late is not None and "on the CPU" in late.detail
+    # on the CPU all along: the wall time judges, as without cpu_s
+    assert check_wall(1.2, budget, margin_s=0.75, cpu_s=1.15) is not None
+
+
 def test_the_walk_finds_host_capabilities_planted_in_reach(checker):
     sb = checker._sandbox(budget_for("steps"))
     try:
