@@ -12,11 +12,21 @@ import logging
 import threading
 
 import pytest
-from chat_server import ChatServer, completion, hang, reply_json
+from chat_server import ChatServer, chunk, completion, hang, reply_json, sse
 
-from moonbox.agent import Cancelled, CancelToken, ChatClient, Message
+from moonbox.agent import (
+    Cancelled,
+    CancelToken,
+    ChatClient,
+    Message,
+    Programmer,
+    RequestQueue,
+    Router,
+)
+from moonbox.bindings import Registry, default_bindings
 
 MESSAGES = [Message("system", "rules"), Message("user", "task")]
+GOOD = "```lua\nreport('done')\nreturn 42\n```"
 WAIT_S = 10.0  # generous: every wait here ends in milliseconds when it works
 READ_TIMEOUT_S = 600.0  # far beyond WAIT_S: a connection that closes in time was cut
 
@@ -32,6 +42,13 @@ def client(server):
     with ChatClient(server.url, "test-model", idle_timeout_s=READ_TIMEOUT_S,
                     trust_env=False, max_retries=3) as c:
         yield c
+
+
+@pytest.fixture
+def registry():
+    r = Registry(default_bindings())
+    yield r
+    r.close()
 
 
 def stalled(server):
@@ -54,6 +71,12 @@ def in_thread(fn):
     thread = threading.Thread(target=work, daemon=True)
     thread.start()
     return thread, outcome
+
+
+def assert_no_generation_thread_left():
+    for thread in [t for t in threading.enumerate() if t.name == "moonbox-generation"]:
+        thread.join(WAIT_S)
+        assert not thread.is_alive(), "a generation thread is still blocked"
 
 
 # -- the client -----------------------------------------------------------------------------
@@ -118,3 +141,118 @@ def test_a_token_cancelled_beforehand_sends_nothing(server, client):
     with pytest.raises(Cancelled) as info:
         client.complete(MESSAGES, cancel=token)
     assert info.value.reason == "superseded" and server.requests == []
+
+
+# -- the Programmer -------------------------------------------------------------------------
+
+def test_stop_closes_the_connection_of_a_buffered_generation(server, client, registry,
+                                                             caplog):
+    caplog.set_level(logging.INFO, "moonbox.agent")
+    started, closed = stalled(server)
+    events = []
+    programmer = Programmer(client, registry, on_event=events.append,
+                            new_trace_id=lambda: "trace-1")
+    thread, outcome = in_thread(lambda: programmer.run("t"))
+    assert started.wait(WAIT_S)
+    assert programmer.stop() == 1
+    assert closed.wait(WAIT_S), "the server never saw the connection close"
+    thread.join(WAIT_S)
+    assert not thread.is_alive()
+    assert_no_generation_thread_left()
+    (result,) = outcome
+    assert result.status == "cancelled" and result.attempts == ()
+    assert result.to_dict()["error"] == {"code": "cancelled",
+                                         "message": "the request was stopped"}
+    (event,) = [e for e in events if e.name == "cancelled"]
+    assert event.data == {"key": "agent:main", "reason": "stopped", "stage": "generation",
+                          "request": "closed", "model": "test-model", "profile": None}
+    (record,) = [r.moonbox for r in caplog.records if hasattr(r, "moonbox")]
+    assert record == {"event": "cancelled", "trace_id": "trace-1", "attempt": 1,
+                      **event.data}
+    # The same client serves the next task.
+    server.push(reply_json(completion(GOOD)))
+    assert programmer.run("t").solved
+
+
+def test_a_cancelled_ticket_closes_the_connection_too(server, client, registry):
+    started, closed = stalled(server)
+    programmer = Programmer(client, registry)
+    with RequestQueue() as queue:
+        ticket = queue.submit(lambda token: programmer.run("t", cancel=token), scope="npc")
+        assert started.wait(WAIT_S)
+        assert ticket.cancel("the player left")
+        assert closed.wait(WAIT_S), "the server never saw the connection close"
+        result = ticket.result(WAIT_S)
+        assert result.status == "cancelled" and result.error.reason == "the player left"
+        assert ticket.state == "cancelled"
+        server.push(reply_json(completion(GOOD)))
+        assert queue.submit(lambda token: programmer.run("t", cancel=token)
+                            ).result(WAIT_S).solved
+    assert_no_generation_thread_left()
+
+
+def test_a_cancel_once_the_reply_arrived_ends_the_task_before_its_run(server, client,
+                                                                      registry):
+    server.push(reply_json(completion(GOOD)), reply_json(completion(GOOD)))
+    token = CancelToken()
+    events = []
+
+    def on_event(event):
+        events.append(event)
+        if event.name == "generation_finished":
+            token.cancel()
+
+    programmer = Programmer(client, registry, on_event=on_event)
+    result = programmer.run("t", cancel=token)
+    assert result.status == "cancelled" and result.error.code == "cancelled"
+    assert [e.data["stage"] for e in events if e.name == "cancelled"] == ["run"]
+    assert programmer.run("t").solved  # nothing broke
+
+
+def test_a_streamed_generation_keeps_its_own_cancellation(server, client, registry):
+    # The loop checks the token between pieces, as it always has: the piece after the
+    # cancellation stops it, and closing the stream closes its connection.
+    server.push(sse([chunk("```lua\n"), chunk("return 1"), chunk("\n```")]))
+    token = CancelToken()
+    events = []
+
+    def on_event(event):
+        events.append(event)
+        if event.name == "generation_delta":
+            token.cancel()
+
+    result = Programmer(client, registry, stream=True, on_event=on_event).run(
+        "t", cancel=token)
+    assert result.status == "cancelled"
+    (event,) = [e for e in events if e.name == "cancelled"]
+    assert (event.data["stage"], event.data["request"]) == ("generation", "closed")
+    assert server.requests[0]["headers"]["Connection"] == "keep-alive"  # the stream as it was
+
+
+def test_a_routed_role_hands_the_token_to_its_profiles_client(server, registry, tmp_path):
+    path = tmp_path / "llm.toml"
+    path.write_text(f"""
+[endpoints.a]
+base_url = "{server.url}"
+idle_timeout_s = {READ_TIMEOUT_S}
+
+[profiles.small]
+endpoint = "a"
+model = "small-model"
+
+[roles]
+programmer = "small"
+""")
+    started, closed = stalled(server)
+    with Router.load(path) as router:
+        programmer = Programmer(router.client("programmer"), registry)
+        thread, outcome = in_thread(lambda: programmer.run("t"))
+        assert started.wait(WAIT_S)
+        assert programmer.stop() == 1
+        assert closed.wait(WAIT_S), "the server never saw the connection close"
+        thread.join(WAIT_S)
+        (result,) = outcome
+        assert result.status == "cancelled"
+        server.push(reply_json(completion(GOOD)))
+        assert programmer.run("t").solved
+    assert_no_generation_thread_left()
