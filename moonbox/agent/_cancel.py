@@ -12,7 +12,9 @@ class CancelToken:
     """Tells a running or queued request to stop at its next safe point.
 
     The Programmer loop checks it before each generation, between stream pieces and
-    before each run; a queue checks it before it starts a request. Cancelling is final.
+    before each run; a queue checks it before it starts a request; a client that takes it
+    (``complete(..., cancel=token)``) closes the connection of its request under way.
+    Cancelling is final.
     """
 
     __slots__ = ("_event", "reason", "_callbacks", "_lock")
@@ -48,6 +50,11 @@ class CancelToken:
                 return remove
         callback()
         return lambda: None
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Wait until the token is cancelled, at most ``timeout_s`` seconds; returns
+        whether it is (a delay that a cancellation cuts short)."""
+        return self._event.wait(timeout_s)
 
     @property
     def cancelled(self) -> bool:

@@ -9,7 +9,8 @@ the loop's history.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import inspect
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -76,6 +77,12 @@ class LLMClient(Protocol):
     ``complete`` and ``stream`` take the same arguments and must agree: collecting a
     stream gives the reply ``complete`` would. Both raise :class:`ClientError` with a
     stable code when the backend cannot give a usable reply.
+
+    ``complete`` may also take a keyword ``cancel`` (a
+    :class:`~moonbox.agent.CancelToken`): the loop then passes its task's token, and the
+    client promises to end the request when it is cancelled, from another thread, closing
+    its connection, and to raise :class:`~moonbox.agent.Cancelled`. Without it, a
+    cancelled buffered request is given up and left to finish in the background.
     """
 
     model: str
@@ -89,6 +96,16 @@ class LLMClient(Protocol):
         self, messages: Sequence[Message], *, max_tokens: int | None = None,
         temperature: float | None = None,
     ) -> Iterator[Delta]: ...
+
+
+def _takes_cancel(method: Callable[..., object]) -> bool:
+    """Does this ``complete`` take a ``cancel`` keyword (see :class:`LLMClient`)?"""
+    try:
+        parameter = inspect.signature(method).parameters.get("cancel")
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.kind in (
+        inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
 def collect(deltas: Iterable[Delta], *, model: str | None = None) -> Reply:

@@ -24,6 +24,14 @@ and never once any output has reached the caller. Timeouts: ``connect_timeout_s`
 connect; ``idle_timeout_s`` between any two reads (a stalled stream fails after that long,
 however long the reply); ``total_timeout_s`` for a whole streamed reply.
 
+Cancellation: ``complete(..., cancel=token)`` cuts the connection of the request under way
+when the token is cancelled (from any thread), and cuts short a wait before a retry; it
+then raises :class:`Cancelled`. Such a request asks for ``Connection: close``, so it always
+runs on a connection of its own, opened for it, which httpcore reports to the request's
+``trace`` extension: that is the socket a cancellation shuts down. The server sees the
+connection end at once; the client's pool just drops it, and the next request opens
+another.
+
 The API key is read from an environment variable when the client is made, sent only in the
 ``Authorization`` header, and kept out of reprs, errors and logs.
 """
@@ -35,6 +43,8 @@ import json
 import logging
 import os
 import random
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -43,8 +53,9 @@ from typing import Any
 import httpx
 
 from .._errors import ConfigError
+from ._cancel import CancelToken
 from ._client import Delta, Message, Reply
-from ._errors import ClientError, ClientErrorCode
+from ._errors import Cancelled, ClientError, ClientErrorCode
 from ._reasoning import ThinkSplitter, split_reasoning
 
 __all__ = ["ChatClient"]
@@ -90,8 +101,8 @@ class ChatClient:
         max_retry_after_s: a ``Retry-After`` longer than this is not waited for: the error
             is raised at once (its ``retry_after_s`` says how long the backend asked for).
         extra_body: more JSON fields for every request (e.g. ``{"top_p": 0.9}``).
-        sleep, clock, rng: injectable for tests (``time.sleep``, ``time.monotonic``, a
-            ``random.Random``).
+        sleep, clock, rng: injectable for tests (the wait before a retry, ``time.monotonic``,
+            a ``random.Random``); by default the wait is one a cancellation cuts short.
         transport: an ``httpx`` transport (tests may pass a mock transport).
         trust_env: let httpx read proxy settings from the environment.
 
@@ -114,7 +125,7 @@ class ChatClient:
         max_backoff_s: float = 8.0,
         max_retry_after_s: float = 60.0,
         extra_body: dict[str, Any] | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         transport: httpx.BaseTransport | None = None,
@@ -176,23 +187,32 @@ class ChatClient:
 
     def complete(
         self, messages: Sequence[Message], *, max_tokens: int | None = None,
-        temperature: float | None = None,
+        temperature: float | None = None, cancel: CancelToken | None = None,
     ) -> Reply:
         """One buffered reply.
 
+        Args:
+            cancel: cancelled while the request is under way (from any thread), it closes
+                the request's connection at once and cuts short a wait before a retry.
+                Each request then runs on a connection of its own (``Connection: close``).
+
         Raises:
             ClientError: with one of the codes of :class:`ClientError`.
+            Cancelled: ``cancel`` was cancelled before the reply had arrived whole; a
+                reply that had is returned.
         """
         body = self._body(messages, False, max_tokens, temperature)
         attempt = 0
         while True:
             attempt += 1
+            if cancel is not None and cancel.cancelled:
+                raise Cancelled(cancel.reason)
             try:
-                reply = self._complete_once(body)
+                reply = self._complete_once(body, cancel)
                 return replace(reply, retries=attempt - 1) if attempt > 1 else reply
             except ClientError as exc:
                 exc.attempts = attempt
-                self._wait_or_raise(exc, attempt)
+                self._wait_or_raise(exc, attempt, cancel)
 
     def stream(
         self, messages: Sequence[Message], *, max_tokens: int | None = None,
@@ -223,7 +243,7 @@ class ChatClient:
                 exc.attempts = attempt
                 if started:
                     raise
-                self._wait_or_raise(exc, attempt)
+                self._wait_or_raise(exc, attempt, None)
 
     def probe(self) -> tuple[bool, str, str]:
         """Is the backend ready to answer for ``model``? One request, no retries.
@@ -285,11 +305,28 @@ class ChatClient:
             headers["Authorization"] = f"Bearer {self._key.reveal()}"
         return headers
 
-    def _complete_once(self, body: dict[str, Any]) -> Reply:
-        try:
-            response = self._http.post(self._url, json=body, headers=self._headers())
-        except httpx.HTTPError as exc:
-            raise self._transport_error(exc) from None
+    def _complete_once(self, body: dict[str, Any], cancel: CancelToken | None = None
+                       ) -> Reply:
+        if cancel is None:
+            try:
+                response = self._http.post(self._url, json=body, headers=self._headers())
+            except httpx.HTTPError as exc:
+                raise self._transport_error(exc) from None
+        else:
+            connection = _Severable()
+            withdraw = cancel.on_cancel(connection.sever)
+            try:
+                response = self._http.post(
+                    self._url, json=body, headers={**self._headers(), "Connection": "close"},
+                    extensions={"trace": connection.trace})
+            except httpx.HTTPError as exc:
+                if cancel.cancelled:  # the failure is the cut connection, or moot now
+                    log.info("%s: its connection was closed on a cancellation (%s)",
+                             self._request, cancel.reason)
+                    raise Cancelled(cancel.reason) from None
+                raise self._transport_error(exc) from None
+            finally:
+                withdraw()
         if response.status_code != 200:
             raise self._status_error(response.status_code, response.headers, response.content)
         return self._parse_whole(response.content)
@@ -402,7 +439,10 @@ class ChatClient:
 
     # -- errors and retries -------------------------------------------------------------
 
-    def _wait_or_raise(self, exc: ClientError, attempt: int) -> None:
+    def _wait_or_raise(self, exc: ClientError, attempt: int,
+                       cancel: CancelToken | None) -> None:
+        if cancel is not None and cancel.cancelled:
+            raise Cancelled(cancel.reason) from exc
         if not exc.retryable or attempt > self.max_retries:
             raise exc
         if exc.retry_after_s is not None and exc.retry_after_s > self.max_retry_after_s:
@@ -413,7 +453,14 @@ class ChatClient:
             delay = max(delay, exc.retry_after_s)
         log.info("%s failed (%s); retry %d of %d in %.2f s", self._request, exc.code,
                  attempt, self.max_retries, delay)
-        self._sleep(delay)
+        if self._sleep is not None:
+            self._sleep(delay)
+        elif cancel is not None:
+            cancel.wait(delay)
+        else:
+            time.sleep(delay)
+        if cancel is not None and cancel.cancelled:
+            raise Cancelled(cancel.reason) from exc
 
     def _error(self, message: str, code: ClientErrorCode, *, status: int | None = None,
                excerpt: bytes | None = None, retry_after_s: float | None = None,
@@ -483,6 +530,59 @@ class ChatClient:
             code = "bad_response"
         return ClientError(f"the server answered with an error: {detail}", code=code,
                            request=self._request, status=status)
+
+
+class _Severable:
+    """The connection of one request, which a cancellation closes from another thread.
+
+    httpcore reports each connection it opens for the request to the request's ``trace``
+    extension (``connection.connect_tcp.complete``, then ``connection.start_tls.complete``
+    for TLS), with the network stream whose ``socket`` it reads from; ``sever`` shuts that
+    socket down, which wakes the read under way in the request's thread with an
+    end-of-file and tells the server the connection is over. From
+    ``*.response_closed.started`` on, httpcore is done with the connection (and may close
+    the socket): the socket is let go then, under the same lock as ``sever``, so a late
+    cancellation never touches a socket that is being closed.
+    """
+
+    __slots__ = ("_lock", "_socket", "_severed")
+
+    _OPENED = (".connect_tcp.complete", ".connect_unix_socket.complete",
+               ".start_tls.complete")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._socket: socket.socket | None = None
+        self._severed = False
+
+    def trace(self, event: str, info: dict[str, Any]) -> None:
+        if event.endswith(self._OPENED):
+            stream = info.get("return_value")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            with self._lock:
+                self._socket = sock if isinstance(sock, socket.socket) else None
+                if self._severed:  # cancelled while it was connecting
+                    _shut(self._socket)
+        elif event.endswith(".response_closed.started"):
+            with self._lock:
+                self._socket = None
+
+    def sever(self) -> None:
+        with self._lock:
+            self._severed = True
+            _shut(self._socket)
+
+
+def _shut(sock: socket.socket | None) -> None:
+    """Shut a socket down both ways, leaving its closing to its owner. A TLS socket is shut
+    down as a plain one: ``SSLSocket.shutdown`` would also drop the TLS state that the
+    reading thread is still using; the descriptor's shutdown ends that read all the same."""
+    if sock is None:
+        return
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed, or never connected
 
 
 def _sse_data(lines: Iterable[str]) -> Iterator[str]:

@@ -24,7 +24,7 @@ from ..bindings import Permissions, Registry, Veto
 from ..sandbox import Budget
 from ..store import Store, StoreError
 from ._cancel import CancelToken
-from ._client import Delta, LLMClient, Message, Reply, collect
+from ._client import Delta, LLMClient, Message, Reply, _takes_cancel, collect
 from ._errors import AgentError, Cancelled, ClientError, GenerationLimited
 from ._extract import extract_lua
 from ._prompt import ApiStyle, PromptBuilder, role_prompt
@@ -403,8 +403,9 @@ class Programmer:
 
     def stop(self, trace_id: str | None = None, reason: str = "stopped") -> int:
         """Stop the running task with ``trace_id`` (every running task if ``None``) at its
-        next safe point; a buffered generation under way is given up at once. Returns
-        how many were told."""
+        next safe point; a buffered generation under way is given up at once, and its
+        connection closed when the client takes a ``cancel`` token (as
+        :class:`ChatClient` does). Returns how many were told."""
         with self._lock:
             tokens = [t for tid, t in self._running.items()
                       if trace_id is None or tid == trace_id]
@@ -491,10 +492,14 @@ class Programmer:
             return ProgrammerResult(status, task.text, task.key, trace_id, tuple(attempts),
                                     source, revision, error)
 
+        def cancelled(number: int, exc: Cancelled, stage: str, **data: Any
+                      ) -> ProgrammerResult:
+            self._cancelled(task, trace_id, number, exc, stage, emit, **data)
+            return end("cancelled", exc)
+
         for number in range(1, rounds + 1):
             if cancel.cancelled:
-                emit("cancelled", number, reason=cancel.reason)
-                return end("cancelled", Cancelled(cancel.reason))
+                return cancelled(number, Cancelled(cancel.reason), "round")
             if number > 1:
                 emit("repair_requested", number, after=attempts[-1].failure.kind
                      if attempts[-1].failure else None)
@@ -514,6 +519,8 @@ class Programmer:
                 emit("request_vetoed", number, reason=veto.reason)
                 return end("vetoed", AgentError(f"an LLM hook vetoed the request: "
                                                 f"{veto.reason}", code="vetoed"))
+            if cancel.cancelled:  # while the hooks ran: nothing was sent
+                return cancelled(number, Cancelled(cancel.reason), "round")
             emit("generation_started", number, role=self.role, model=request.model,
                  profile=request.profile)
             started = self._clock()
@@ -521,8 +528,8 @@ class Programmer:
                 reply = self._generate(request, cancel, lambda text, n=number: emit(
                     "generation_delta", n, text=text))
             except Cancelled as exc:
-                emit("cancelled", number, reason=exc.reason)
-                return end("cancelled", exc)
+                return cancelled(number, exc, "generation", request=self._given_up(),
+                                 model=request.model, profile=request.profile)
             except ClientError as exc:
                 retries = max(0, (exc.attempts or 1) - 1)
                 if exc.code != "empty_response":
@@ -536,8 +543,11 @@ class Programmer:
                  seconds=round(generation_s, 6), model=reply.model or request.model,
                  profile=request.profile, usage=dict(reply.usage), retries=reply.retries)
 
-            attempt = self._attempt(number, reply, task, budget, trace_id, cancel,
-                                    generation_s)
+            try:
+                attempt = self._attempt(number, reply, task, budget, trace_id, cancel,
+                                        generation_s)
+            except Cancelled as exc:  # after the generation, before the run
+                return cancelled(number, exc, "run")
             attempt = replace(attempt, usage=dict(reply.usage), retries=reply.retries)
             if attempt.failure is not None and attempt.failure.kind == "budget":
                 self._budget_trip(task, attempt, trace_id, emit)
@@ -612,11 +622,32 @@ class Programmer:
                                                   if k not in ("event", "trace_id",
                                                                "attempt")})
 
+    def _cancelled(self, task: Task, trace_id: str, number: int, exc: Cancelled,
+                   stage: str, emit: Callable[..., None], **data: Any) -> None:
+        """A cancellation, as one structured log record (``record.moonbox``) and an event."""
+        record = {"event": "cancelled", "trace_id": trace_id, "attempt": number,
+                  "key": task.key, "reason": exc.reason, "stage": stage, **data}
+        log.info("%s cancelled (%s) at its %s, trace %s attempt %d", task.key, exc.reason,
+                 stage, trace_id, number, extra={"moonbox": record})
+        emit("cancelled", number, **{k: v for k, v in record.items()
+                                     if k not in ("event", "trace_id", "attempt")})
+
+    def _given_up(self) -> str:
+        """What became of the generation a cancellation stopped: ``closed`` when its
+        connection was closed (a stream, or a client that takes the token), ``abandoned``
+        when it runs on in the background and its reply will be dropped."""
+        if self.stream or _takes_cancel(self.client.complete):
+            return "closed"
+        return "abandoned"
+
     def _generate(self, request: LLMRequest, cancel: CancelToken,
                   on_text: Callable[[str], None]) -> Reply:
         messages = list(request.messages)
-        options = {"max_tokens": request.max_tokens, "temperature": request.temperature}
+        options: dict[str, Any] = {"max_tokens": request.max_tokens,
+                                   "temperature": request.temperature}
         if not self.stream:
+            if _takes_cancel(self.client.complete):
+                options["cancel"] = cancel  # it closes its connection when cancelled
             return self._interruptible(lambda: self.client.complete(messages, **options),
                                        cancel)
         pieces = self.client.stream(messages, **options)
@@ -630,9 +661,10 @@ class Programmer:
     @staticmethod
     def _interruptible(request: Callable[[], Reply], cancel: CancelToken) -> Reply:
         """A buffered generation that a cancellation interrupts: it runs in a thread of
-        its own, and a cancel stops the wait at once. The request given up finishes (or
-        times out) in the background, bounded by the client's timeouts; its reply is
-        dropped."""
+        its own, and a cancel stops the wait at once. A client that took the token closes
+        the request's connection, and the thread ends with it; any other client's request
+        finishes (or times out) in the background, bounded by its timeouts, and its reply
+        is dropped."""
         if cancel.cancelled:
             raise Cancelled(cancel.reason)
         outcome: list[Any] = []

@@ -47,7 +47,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .._errors import ConfigError
-from ._client import Delta, LLMClient, Message, Reply
+from ._cancel import CancelToken
+from ._client import Delta, LLMClient, Message, Reply, _takes_cancel
 from ._http import ChatClient
 
 __all__ = ["Endpoint", "Profile", "Readiness", "RetryPolicy", "RoleClient", "Router",
@@ -359,10 +360,16 @@ class RoleClient:
         return self.router.client_for_profile(name), self.router.config.profiles[name]
 
     def complete(self, messages: Sequence[Message], *, max_tokens: int | None = None,
-                 temperature: float | None = None) -> Reply:
+                 temperature: float | None = None, cancel: CancelToken | None = None
+                 ) -> Reply:
+        """The profile's client's reply; ``cancel`` is handed on to a client that takes
+        it (one that does not is left to finish)."""
         client, profile = self._target()
-        return client.complete(messages, max_tokens=max_tokens or profile.max_tokens,
-                               temperature=_pick(temperature, profile.temperature))
+        options: dict[str, Any] = {"max_tokens": max_tokens or profile.max_tokens,
+                                   "temperature": _pick(temperature, profile.temperature)}
+        if cancel is not None and _takes_cancel(client.complete):
+            options["cancel"] = cancel
+        return client.complete(messages, **options)
 
     def stream(self, messages: Sequence[Message], *, max_tokens: int | None = None,
                temperature: float | None = None) -> Iterator[Delta]:

@@ -1,13 +1,14 @@
 """A chat-completions server on 127.0.0.1 for the client tests, scripted per request.
 
 Each request takes the next action pushed with :meth:`ChatServer.push`: a JSON reply with
-any status, an SSE stream (events, delays, a stall, a missing ``[DONE]``), or a dropped
-connection. Every request is recorded (path, headers, JSON body).
+any status, an SSE stream (events, delays, a stall, a missing ``[DONE]``), a hang that
+watches for the client to close, or a dropped connection. Every request is recorded (path, headers, JSON body).
 """
 
 from __future__ import annotations
 
 import json
+import select
 import threading
 import time
 from collections import deque
@@ -83,6 +84,28 @@ def stall() -> Action:
 
     def act(h: BaseHTTPRequestHandler, server: ChatServer) -> None:
         server.release.wait(10)
+    return act
+
+
+def hang(started: threading.Event, closed: threading.Event) -> Action:
+    """Accept the request and never answer: ``started`` is set once the request is read,
+    ``closed`` when the client's end of the connection closes. Only the server's teardown
+    (``release``) ends the wait otherwise; the short select is how it notices that."""
+
+    def act(h: BaseHTTPRequestHandler, server: ChatServer) -> None:
+        started.set()
+        while not server.release.is_set():
+            readable, _, _ = select.select([h.connection], [], [], 0.05)
+            if not readable:
+                continue
+            try:
+                data = h.connection.recv(1)
+            except OSError:
+                data = b""
+            if not data:  # end of file: the client closed (or shut down) its end
+                closed.set()
+                h.close_connection = True
+                return
     return act
 
 
