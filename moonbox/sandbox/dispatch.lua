@@ -89,7 +89,7 @@ do
     end
     return function(...)
       local c = cell[0] - cost
-      if c < 0 then
+      if c < cell[1] then  -- as charge (meter.lua) does
         overdrawn(c)
       else
         cell[0] = c

@@ -132,7 +132,10 @@ local hook_pending = false
 local restore_hook  -- set with the hook
 
 local function slow()
-  cell[1] = 0  -- the alarm's poll is this one
+  -- The alarm's poll is this one. Whether it asked for it decides a trip below: read here,
+  -- before the flag goes down, and again there, for an alarm that lands meanwhile.
+  local alarmed = cell[1] ~= 0
+  cell[1] = 0
   if tripped then raise_trip() end
   if hook_pending then restore_hook() end
   account()
@@ -161,7 +164,10 @@ local function slow()
       -- Yield to the host; the next resume refills the window with a fresh slice.
       if pcall(co_yield, PREEMPT) then return end
     end
-    if over_steps then
+    -- Both at once: the steps ran out at this very check (a window holds no more than are
+    -- left), the deadline somewhere in the window. The alarm sounds a grace period past
+    -- the deadline, so when it asked for this poll the time ran out first.
+    if over_steps and not (over_time and (alarmed or cell[1] ~= 0)) then
       set_trip("steps", b_steps, m_used)
     else
       set_trip("time", b_wall_s, t - m_start)
@@ -196,16 +202,17 @@ hook = function()
   if cell[1] ~= 0 then
     -- The host's alarm: a resume ran past its deadline without polling (one instruction
     -- that costs a lot, many times over: see host.alarm below). Poll now, not at the
-    -- end of the period; a stale alarm (the resume ended) only puts the count back.
-    cell[1] = 0
+    -- end of the period; a stale alarm (the resume ended, or polled in time) only puts
+    -- the flag down and the count back. Past the deadline the flag stays up for the
+    -- poll to lower: it tells the slow path the alarm asked for it.
     restore_hook()
-    if not (m_active and now() > m_deadline) then return end
+    if not (m_active and now() > m_deadline) then cell[1] = 0 return end
     local info = getinfo(2, "S")
     if info and info.source == PRELUDE_SOURCE then
-      -- In the prelude's own code: its next charge polls (the window is emptied, as
-      -- host.expire does; past the deadline, a charge it overwrites costs nothing), and
-      -- so does the first instruction back in mod code.
-      if not tripped and cell[0] > 0 then account() m_window = 0 cell[0] = 0 end
+      -- In the prelude's own code: its next charge polls (a charge compares the window
+      -- with the flag, as a check does), and so does the first instruction back in mod
+      -- code. (The window is left as it is: emptying it here, in the middle of the
+      -- meter's own accounting, counted a window of steps twice.)
       hook_pending = true
       sethook(pending_hook, "", 1)
       return
@@ -244,9 +251,11 @@ if config.jit then
       -- for the host's next alarm (5 ms later), so long host-side work is not slowed.
       local info = getinfo(2, "S")
       if info and info.source == PRELUDE_SOURCE then
-        -- Its next charge polls (the window emptied, as host.expire does; past the
-        -- deadline, a charge this overwrites costs nothing).
-        if cell[0] > 0 then account() m_window = 0 cell[0] = 0 end
+        -- Its next charge polls: a charge compares the window with the flag, which the
+        -- alarm raised (raised again here, POLL_NOW, should a poll have lowered it). The
+        -- window is left as it is: emptying it here, in the middle of the meter's own
+        -- accounting, counted a window of steps twice.
+        cell[1] = 0x7FFFFFFF
         if watch_left == 0 then watch_left = 1000 end
         watch_left = watch_left - 1
         if watch_left == 0 then sethook(alarm_hook, "", 0) end
@@ -265,7 +274,8 @@ else
 end
 
 -- The window is overdrawn to `c` (below zero, possibly far below what the cell can hold)
--- by a charge: accounted here exactly, then the slow path polls, and refills or trips.
+-- by a charge, or the poll flag is up: accounted here exactly, then the slow path polls,
+-- and refills or trips.
 local function overdrawn(c)
   if cell[0] > STICKY / 2 then  -- once tripped, slow raises again
     m_used = m_used + (m_window - c)
@@ -287,7 +297,7 @@ local function charge(cost)
     cost = 0
   end
   local c = cell[0] - cost
-  if c < 0 then
+  if c < cell[1] then  -- as a check compares: below zero, or the alarm asks for a poll
     overdrawn(c)
   else
     cell[0] = c

@@ -750,6 +750,51 @@ def test_sorting_a_huge_table_is_stopped_by_the_time_budget(jit):
     assert_time_trip(out, elapsed)
 
 
+# `next` scans an array part slot by slot: over a long run of nils, one call (one VM
+# operation, or one iteration of `pairs`) costs the run. Under the default heap cap the
+# longest is the 2^22 - 1 empty slots of the largest array part it holds: ~2-3 ms a call
+# (docs/threat-model.md), short enough to leave unguarded, since the alarm stops a loop of
+# them one call past the deadline, in a loop the JIT compiles whole too. The table is
+# built in a resume of its own, and a warm-up loop grows the poll interval to its largest.
+# (A step budget is no test here: a call is one step, so 200,000 of them would take
+# minutes. The step count does not see the slots scanned, as it does not see the bytes
+# of a long comparison; the wall budget and the alarm bound both.)
+NEXT_OVER_NILS = """
+local t = {}
+for i = 1, 2^22 do t[i] = true end
+for i = 1, 2^22 - 1 do t[i] = nil end
+coroutine.yield()
+local x = 0
+for i = 1, 1e6 do x = x + i end
+%s
+"""
+NEXT_LOOPS = {
+    "next": "while true do local k = next(t) end",
+    "next_from_a_key": "while true do local k = next(t, 1) end",
+    "pairs": "while true do for k in pairs(t) do x = x + 1 end end",
+}
+
+
+def next_over_nils(jit: bool, loop: str) -> tuple[Outcome, float]:
+    with sandbox(jit, TIME) as sb:
+        run_ = sb.start(NEXT_OVER_NILS % NEXT_LOOPS[loop], CHUNK)
+        built = run_.resume(budget=Budget(steps=10**9, wall_s=60))
+        assert built.status == "yielded", built
+        t0 = time.perf_counter()
+        out = run_.resume()
+        elapsed = time.perf_counter() - t0
+        assert sb.run("return 'alive'").value == "alive"
+    return out, elapsed
+
+
+@both_modes
+@pytest.mark.parametrize("loop", sorted(NEXT_LOOPS))
+def test_a_loop_of_next_over_a_long_run_of_nils_trips_its_wall_budget(jit, loop):
+    out, elapsed = next_over_nils(jit, loop)
+    assert_time_trip(out, elapsed)
+    assert out.error.line == 8
+
+
 # ------------------------------------------------------------------------------------------
 # Crashes: calls nested through C
 # ------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from moonbox import (
     Budget,
     BudgetExceeded,
     ConfigError,
+    Outcome,
     Sandbox,
     SandboxClosed,
     ScriptError,
@@ -254,6 +255,130 @@ def test_charges_past_the_cells_range_are_accounted_exactly(jit):
         assert over.error.used >= 10**13
     with Sandbox(jit=jit, host_functions=[_Costly(-5)]) as sb:
         assert sb.run("for i = 1, 3 do costly() end").stats.steps < 100  # charges nothing
+
+
+# -- the alarm's poll, forced: what the alarm thread does a grace period past a deadline,
+# done by a host function at a chosen point (the thread stays away: the wall budget is long)
+
+class _Alarm:
+    """``alarm()``: as the alarm thread (moonbox/sandbox/_alarm.py), raises the poll flag
+    of the running resume; ``due``: moves the meter's deadline into the past first;
+    ``stale``: the flag alone, as for a resume that ended; ``off``: nothing. With
+    ``hook_after``, it then arms the runtime's hook to fire after that many VM
+    instructions (the thread arms it for the next one, at any point of the resume)."""
+
+    name, cost = "alarm", 1
+
+    def __init__(self, mode: str, hook_after: int | None = None) -> None:
+        self.mode = mode
+        self.hook_after = hook_after
+        self.sandbox: Sandbox | None = None
+        self.calls = 0
+
+    def __call__(self, call, args):
+        import ctypes
+
+        from moonbox.sandbox._alarm import _LUA_MASKCOUNT, POLL_NOW, _hook_api
+
+        sb = self.sandbox
+        self.calls += 1
+        if self.mode == "due":
+            sb._h_extend(-3600.0)
+        if self.mode != "off":
+            ctypes.c_int32.from_address(sb._alarm_state[2]).value = POLL_NOW
+        if self.hook_after is not None:
+            sethook, hookf = _hook_api()
+            sethook(sb._alarm_state[1], hookf, _LUA_MASKCOUNT, self.hook_after)
+        return ()
+
+
+def _alarmed(source: str, mode: str, steps: int, jit: bool = True, cost: int = 2**40,
+             hook_after: int | None = None) -> tuple[Outcome, int]:
+    """The outcome of ``source`` in a fresh sandbox, and how often it called ``alarm``."""
+    alarm = _Alarm(mode, hook_after)
+    with Sandbox(Budget(steps=steps, wall_s=30), jit=jit,
+                 host_functions=[alarm, _Costly(cost)]) as sb:
+        alarm.sandbox = sb
+        out = sb.run(source, "@alarmed.lua")
+        assert sb.run("return 'alive'").value == "alive"
+    return out, alarm.calls
+
+
+@pytest.mark.parametrize("jit", [True, False], ids=["jit", "hook"])
+def test_a_poll_the_alarm_asked_for_trips_on_time_when_a_charge_ends_the_steps(jit):
+    # The poll flag is up and the deadline has passed when a charge runs the steps out:
+    # both ran out at that poll, and the time first (the alarm sounds a grace period past
+    # the deadline). It was a steps trip. No check runs between the two calls.
+    out, calls = _alarmed("alarm() costly()", "due", 1_000, jit)
+    assert calls == 1
+    assert out.status == "budget" and out.budget == "time", out
+    assert out.error.limit == 30
+    # The flag up without a passed deadline: the charge trips the steps.
+    out, _ = _alarmed("alarm() costly()", "stale", 1_000, jit)
+    assert out.budget == "steps" and out.error.used > 2**40, out
+
+
+def test_a_poll_the_alarm_asked_for_trips_on_time_at_the_check_that_ends_the_steps():
+    # The same at a check: the step budget is exactly what the chunk spends up to the
+    # alarm, so the loop's first check both runs the steps out and answers the flag.
+    source = "alarm()\nwhile true do end"
+    steps = next(n for n in range(1, 100) if _alarmed(source, "off", n)[1])
+    out, _ = _alarmed(source, "off", steps)
+    assert out.budget == "steps" and out.error.used == steps + 1, out
+    out, _ = _alarmed(source, "stale", steps)
+    assert out.budget == "steps" and out.error.used == steps + 1, out
+    out, _ = _alarmed(source, "due", steps)
+    assert out.budget == "time" and out.error.line == 2, out
+
+
+@pytest.mark.parametrize("jit", [True, False], ids=["jit", "hook"])
+def test_the_alarms_hook_landing_anywhere_in_the_meter_trips_on_time_with_exact_steps(jit):
+    # The alarm's hook fires at whatever instruction the resume is at, the meter's own
+    # accounting included. Landing between the two halves of an account, it emptied the
+    # window a second time: a window of steps counted twice (or lost), enough to pass the
+    # step budget and report a steps trip where the time had run out. Every landing point
+    # after the alarm, up to the charge's poll, by the hook's count.
+    source = "local x = 0 for i = 1, 1000 do x = x + i end alarm() costly() return x"
+    cost = 5_000
+    plain, _ = _alarmed(source, "off", 10**6, jit, cost)
+    assert plain.status == "done"
+    total = plain.stats.steps  # the steps up to the alarm, and the charge
+    kinds, figures = set(), set()
+    for hook_after in range(1, 120):
+        out, _ = _alarmed(source, "due", total + 100, jit, cost, hook_after)
+        kinds.add((out.status, out.budget, out.error.line))
+        figures.add(out.stats.steps)
+    assert kinds == {("budget", "time", 1)}
+    if jit:  # it trips before the charge, or at the charge's poll
+        assert figures <= {total - cost, total}, figures
+    else:  # the count hook counts by periods
+        from moonbox.sandbox._runtime import HOOK_STEPS
+
+        assert all(total - cost <= f <= total + HOOK_STEPS for f in figures), figures
+
+
+@pytest.mark.parametrize("jit", [True, False], ids=["jit", "hook"])
+def test_a_stale_alarm_costs_a_poll_and_no_step(jit):
+    # The flag up with the deadline still ahead (an alarm for a resume that ended): the
+    # resume polls once more and carries on, its steps those of an unalarmed one.
+    source = """
+    local x = 0
+    for i = 1, 1000 do x = x + i end
+    alarm()
+    for i = 1, 1000 do x = x + i end
+    return x
+    """
+    plain, _ = _alarmed(source, "off", 10**6, jit)
+    stale, calls = _alarmed(source, "stale", 10**6, jit)
+    assert calls == 1 and plain.status == stale.status == "done"
+    if jit:
+        assert stale.stats.steps == plain.stats.steps
+    else:
+        # The count hook counts by periods: the one that finds the flag charges nothing
+        # and starts its count again (the alarm's own arming restarts it anyway).
+        from moonbox.sandbox._runtime import HOOK_STEPS
+
+        assert plain.stats.steps - HOOK_STEPS <= stale.stats.steps <= plain.stats.steps
 
 
 def test_finish_resumes_until_done_and_sums(make_sandbox):
