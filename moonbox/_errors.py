@@ -8,7 +8,7 @@ a bad configuration, a closed sandbox, a bug.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = [
     "DENIAL_REASONS",
@@ -219,3 +219,15 @@ class BudgetExceeded(ScriptError):
         self.budget: BudgetKind = budget
         self.limit = limit
         self.used = used
+
+
+def first_error(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """The error to report of a validation's errors (pydantic's ``errors()``), the same
+    whatever order a mod's table gave its keys in: the first field in the schema's order
+    that failed, and within it the error at the smallest location. A Lua table's key order
+    follows the runtime's string hash, which is seeded per runtime: taking pydantic's first
+    error as it comes would name a different problem from one run of a seeded game to the
+    next."""
+    head = errors[0]["loc"][:1]
+    return min((e for e in errors if e["loc"][:1] == head),
+               key=lambda e: tuple(str(p) for p in e["loc"]))

@@ -19,7 +19,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from .._errors import BindingError
+from .._errors import BindingError, first_error
 from ..sandbox import FunctionHandle, HostCall
 from ._codes import Refusal
 from ._fast import fast_checker, lane_factory, pairs_lane_factory
@@ -223,7 +223,8 @@ class Binding:
             data = args[0]
             unknown = [k for k in data if k not in self._field_set]  # type: ignore[attr-defined]
             if unknown:
-                raise BindingError(f"argument {unknown[0]}: unexpected argument")
+                # the same one whatever order the mod's table gave its keys in
+                raise BindingError(f"argument {min(map(str, unknown))}: unexpected argument")
         else:
             while args and args[-1] is None and len(args) > len(fields):
                 args = args[:-1]
@@ -314,7 +315,7 @@ def _positional_mapper(fields: tuple[str, ...]) -> Callable[[tuple[Any, ...]], d
 
 
 def _explain(exc: ValidationError) -> str:
-    first = exc.errors()[0]
+    first = first_error(exc.errors())
     loc = ".".join(str(p) for p in first["loc"]) or "arguments"
     phrase = _PYDANTIC_PHRASES.get(first["type"], first["msg"])
     given = first.get("input")

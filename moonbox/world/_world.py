@@ -10,7 +10,7 @@ from typing import Any
 import msgpack
 from pydantic import BaseModel, ValidationError
 
-from .._errors import ConfigError
+from .._errors import ConfigError, first_error
 from ._commands import (
     MAX_FIND,
     ChangeArgs,
@@ -564,7 +564,7 @@ class World:
         try:
             validated = prefab.validate_properties(values)
         except ValidationError as exc:
-            first = exc.errors()[0]
+            first = first_error(exc.errors())
             where = ".".join(str(p) for p in first["loc"]) or "properties"
             raise _Refused("invalid_properties",
                            f"{prefab.name} property {where}: {first['msg']}") from None

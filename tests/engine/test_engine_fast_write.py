@@ -176,3 +176,19 @@ def test_a_placement_queued_fast_looks_like_the_model_it_stands_for() -> None:
     assert len(fast.pending) == 1
     assert [r.to_dict() for r in fast.apply()] == [r.to_dict() for r in full.apply()]
     assert fast.content_hash() == full.content_hash()
+
+
+def test_a_table_with_two_problems_reports_the_same_one_in_every_run() -> None:
+    # A Lua table's key order follows the runtime's string hash, seeded per runtime: the
+    # error named must not depend on it (a seeded game replays its reports).
+    mods = {"a": ['coreai_world_begin()'],
+            "b": ['coreai_world_change("a1", {bogus = 1, [2] = 3})',
+                  'coreai_world_change("a1", {zz = 1, bogus = 2, qq = 3, [7] = 1})']}
+    seen = set()
+    for watched in (False, True) * 4:
+        out, game, _ = _run(watched, mods, 1)
+        game.close()
+        seen.add(tuple(line for _, line in out[0][1]))
+    assert len(seen) == 1, seen
+    lines = next(iter(seen))
+    assert any("fields.2: Keys should be strings" in line for line in lines), lines
