@@ -325,7 +325,14 @@ class Sandbox:
         if inst is not None and self.jit:
             wrapped = encode_text(inst.source)
             checks = inst.checks
+        # LuaJIT collects no garbage when an allocation fails: a heap that earlier runs
+        # left full of it would refuse this chunk, and then the run it starts.
+        if self._rt.get_memory_used(True) > self.budget.max_memory // 2:
+            self._rt.gccollect()
         fn, err, *rest = self._compile(raw, wrapped, chunk)
+        if fn is None and "not enough memory" in lua_text(err):
+            self._rt.gccollect()  # garbage made meanwhile (by the compile itself): once more
+            fn, err, *rest = self._compile(raw, wrapped, chunk)
         if fn is None:
             message = lua_text(err)
             if "not enough memory" in message:

@@ -239,3 +239,19 @@ def test_a_stale_build_of_the_module_leaves_lupas_allocator(monkeypatch):
     monkeypatch.setattr(_runtime, "_heap", (old_install, lambda library, thread: False))
     with Sandbox() as sb:
         assert sb.run("return #{1, 2, 3}").values == (3,)
+
+
+@pytest.mark.parametrize("jit", [True, False], ids=["jit", "hook"])
+def test_a_heap_left_full_of_garbage_still_loads_and_runs_the_next_chunk(jit: bool) -> None:
+    # LuaJIT collects nothing when an allocation fails: the garbage a run leaves (here a
+    # table of ~28 MiB of strings, dropped as the run ends) must not make the next load, or
+    # the run it starts, trip on memory.
+    budget = Budget(steps=10**12, wall_s=30, max_memory=32 << 20, alloc_bytes=32 << 20)
+    with Sandbox(budget, jit=jit) as sb:
+        out = sb.run("local t = {} for i = 1, 28 * 1024 do t[i] = string.rep('x', 1000) .. i "
+                     "end return #t", "=garbage")
+        assert out.status == "done" and out.value == 28 * 1024
+        assert sb.memory_used_bytes > 24 << 20  # still there: nothing collected it yet
+        again = sb.run("local s = string.rep('y', 6 * 2^20) return #s", "=next")
+        assert again.status == "done", again.error
+        assert sb.run("return 'alive'").value == "alive"
