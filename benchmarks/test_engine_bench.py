@@ -1,12 +1,18 @@
 """The engine: budgeted handler calls per second, and the cost of a tick with no mods.
 
     pytest benchmarks/test_engine_bench.py --benchmark-only
-    python benchmarks/test_engine_bench.py [MODS] [TICKS]      # a plain report, CPU time
+    python benchmarks/test_engine_bench.py [MODS] [TICKS] [WARM] # a plain report, CPU time
 
 Each mod handles ``tick`` with a small handler; the variants separate what a call costs:
 ``empty`` (dispatch only), ``read`` (one ``coreai_world_pos``), ``full`` (that read and one
 ``coreai_world_change``: the issue's workload). One tick of N mods is N budgeted calls,
 then the world applies the N commands.
+
+Figures are of the settled state: the first ticks after loading run slower (the JIT
+compiles the meter's bookkeeping once each runtime has run it some fifty times), so the
+report runs WARM ticks (150 by default) before it measures, then measures TICKS ticks in
+five blocks and gives the median block with the fastest and slowest; the floor the same way
+in the same run.
 """
 
 from __future__ import annotations
@@ -34,6 +40,10 @@ on("tick", function(t)
   if x then coreai_world_change(me, {x = (x + 1) % 100}) end
 end)""",
 }
+
+
+WARM_TICKS = 150
+"""Ticks run before measuring: past them the per-call cost has settled."""
 
 
 def make_game(mods: int, variant: str) -> Game:
@@ -146,26 +156,37 @@ def _cpu_us_per_call(fn: Callable[[], int], ticks: int) -> float:
     return (time.process_time() - cpu0) / calls * 1e6
 
 
-def report(mods: int = 1000, ticks: int = 10) -> None:
-    """Print calls per CPU second for each variant (CPU time: the machine may be shared)."""
+def report(mods: int = 1000, ticks: int = 20, warm: int = WARM_TICKS) -> None:
+    """Print the CPU time per call of each variant and of its floor, settled (CPU time: the
+    machine may be shared): five blocks of ticks, each of moonbox's followed by one of the
+    floor's, so a change in the machine's load falls on both; the median block of each and
+    the median of the blocks' ratios, with their range."""
+    blocks = 5
+    per = max(1, ticks // blocks)
     for variant in HANDLERS:
         game = make_game(mods, variant)
+        floor = RawFloor(mods, variant)
         try:
-            calls, wall0, cpu0 = 0, time.perf_counter(), time.process_time()
-            for _ in range(ticks):
+            for _ in range(warm):
+                game.tick()
+                floor.tick()
+
+            def tick(game: Game = game) -> int:
                 r = game.tick()
-                calls += r.calls
                 assert not r.failures, r.failures[0]
-            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+                return r.calls
+
+            pairs = [(_cpu_us_per_call(tick, per), _cpu_us_per_call(floor.tick, per))
+                     for _ in range(blocks)]
         finally:
             game.close()
-        print(f"{variant:6} {mods} mods x {ticks} ticks: {calls / cpu:9,.0f} calls per CPU s "
-              f"({cpu / calls * 1e6:5.1f} us/call; wall {calls / wall:9,.0f}/s)")
-    for variant in _RAW_HANDLERS:
-        floor = RawFloor(mods, variant)
-        us = _cpu_us_per_call(floor.tick, ticks)
-        print(f"raw LuaJIT floor, {variant:5}, {mods} runtimes x {ticks} ticks: "
-              f"{1e6 / us:9,.0f} calls per CPU s ({us:5.1f} us/call)")
+        ours = sorted(p[0] for p in pairs)
+        raw = sorted(p[1] for p in pairs)
+        ratios = sorted(p[0] / p[1] for p in pairs)
+        print(f"{variant:6} {mods} mods, {warm} ticks warm, {blocks}x{per} measured: moonbox "
+              f"{ours[2]:5.2f} us/call ({ours[0]:.2f}-{ours[-1]:.2f}), raw LuaJIT floor "
+              f"{raw[2]:5.2f} ({raw[0]:.2f}-{raw[-1]:.2f}), ratio {ratios[2]:4.1f}x "
+              f"({ratios[0]:.1f}-{ratios[-1]:.1f})")
     validate, n = _validate_change(), 20_000
     us = _cpu_us_per_call(lambda: validate() and 1, n)
     print(f"validating one change's arguments: {us:.1f} us")
@@ -178,4 +199,4 @@ def report(mods: int = 1000, ticks: int = 10) -> None:
 
 
 if __name__ == "__main__":
-    report(*(int(a) for a in sys.argv[1:3]))
+    report(*(int(a) for a in sys.argv[1:4]))

@@ -177,7 +177,7 @@ class ModStats:
         return data
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Mod:
     """A loaded mod. Read it; change it through the :class:`~moonbox.engine.Game`.
 
