@@ -18,7 +18,10 @@ suffix, so no mod code can name them (``__mb``-prefixed names are refused outrig
 Where the checks go, and why that covers every loop:
 
 - after every ``do`` (``while``/``for`` bodies, and plain blocks, where it is merely one more
-  step) and every ``repeat``: each iteration of every loop statement passes one;
+  step) and every ``repeat``: each iteration of every loop statement passes one. A ``while``
+  or ``for`` body of one statement that calls something (and holds no loop, function, label,
+  ``goto``, ``return`` or ``break``) has it after that statement instead, where every
+  iteration that goes on passes it too (see ``loop_check`` in :func:`_plan_of`);
 - at the start of every ``function`` body (before its first token, so on that token's line):
   recursion, mutual recursion, tail calls and callbacks from C (``sort`` comparators, ``gsub``
   functions, metamethods) pass one. The entry of a function that calls nothing (its nested
@@ -288,7 +291,7 @@ class _Frame:
     condition), ``flag`` a block's pending split (after a label) or a brace's being a call's
     argument or a function's having a name."""
 
-    __slots__ = ("kind", "cur", "extra", "dom", "flag")
+    __slots__ = ("kind", "cur", "extra", "dom", "flag", "loop")
 
     def __init__(self, kind: int, cur: int, extra: int = -1, flag: bool = False) -> None:
         self.kind = kind
@@ -296,6 +299,10 @@ class _Frame:
         self.extra = extra
         self.dom = cur
         self.flag = flag
+        # A while or for body's: [where the body starts, its statements so far, whether
+        # they call anything, whether they hold what keeps the check at the start] (see
+        # loop_check).
+        self.loop: list[Any] | None = None
 
 
 def _plan_of(src: str) -> Plan:
@@ -318,6 +325,8 @@ def _plan_of(src: str) -> Plan:
     seg_limit = SEGMENT_TOKENS
 
     offsets: list[int] = []  # of each check
+    loops: list[_Frame] = []  # the while and for bodies open around the scan
+    unsorted = False
     # The entry checks of the functions open around the scan, each with whether its body
     # (its nested functions apart) has called anything so far; call_free: the entry checks
     # of the bodies that call nothing (see the weights below).
@@ -333,6 +342,23 @@ def _plan_of(src: str) -> Plan:
         owners.append(len(acc))
         acc.append(initial)
         return len(acc) - 1
+
+    def loop_check(frame: _Frame, closer: Token) -> None:
+        # A while or for body's own check goes after `do`, but for a body of one statement
+        # that calls something and holds no loop, function, label, goto, return or break:
+        # there it goes after that statement. A check before a loop's first call of a
+        # closure made anew for each run of the loop makes LuaJIT's side trace for the
+        # next closure start mid-body, and every iteration then leaves compiled code
+        # (docs/metering.md); after the call, the closure's guard is the loop's first.
+        nonlocal unsorted
+        head, statements, called, kept_first = frame.loop  # type: ignore[misc]
+        offset = closer.start if statements == 1 and called and not kept_first else head
+        if offsets and offset < offsets[-1]:
+            unsorted = True
+        offsets.append(offset)
+        bases.append(1)
+        owners.append(frame.dom)
+        loops.pop()
 
     chunk = _Frame(_CHUNK, 0, flag=True)  # the first statement opens the chunk's segment
     stack = [chunk]
@@ -370,6 +396,12 @@ def _plan_of(src: str) -> Plan:
                 if text != "::" and (top.flag or acc[top.cur] >= seg_limit):
                     top.cur = add_check(tok.start, 0)
                     top.flag = False
+                if k == _LOOP:
+                    top.loop[1] += 1  # type: ignore[index]
+                    if text in ("return", "break", "goto", "::"):
+                        top.loop[3] = True  # type: ignore[index]
+                elif loops and text in ("goto", "::"):
+                    loops[-1].loop[3] = True  # type: ignore[index]
                 acc[top.cur] += 1
                 if kind is NAME:
                     if text == "goto" and i < count and tokens[i].kind is NAME:
@@ -391,19 +423,27 @@ def _plan_of(src: str) -> Plan:
                     stack.append(top)
                     state = _OPERAND
                 elif text == "while":
+                    if loops:
+                        loops[-1].loop[3] = True  # type: ignore[index]
                     acc.append(0)
                     top = _Frame(_WHILE_HEAD, top.cur, len(acc) - 1)
                     stack.append(top)
                     state = _OPERAND
                 elif text == "for":
+                    if loops:
+                        loops[-1].loop[3] = True  # type: ignore[index]
                     top = _Frame(_FOR_HEAD, top.cur)
                     stack.append(top)
                     state = _OPERAND
                 elif text in ("repeat", "do"):
+                    if loops:
+                        loops[-1].loop[3] = True  # type: ignore[index]
                     top = _Frame(_REPEAT if text == "repeat" else _DO, add_check(tok.end, 1))
                     stack.append(top)
                     state = _DONE
                 elif text == "function":
+                    if loops:
+                        loops[-1].loop[3] = True  # type: ignore[index]
                     top = _Frame(_FUNCTION_NAME, top.cur, flag=True)
                     stack.append(top)
                 elif text == "return":
@@ -417,6 +457,8 @@ def _plan_of(src: str) -> Plan:
                     if kind is NAME:
                         state = _DONE
                     elif text == "function" and kind is KEYWORD:
+                        if loops:
+                            loops[-1].loop[3] = True  # type: ignore[index]
                         top = _Frame(_FUNCTION_NAME, top.cur, flag=True)
                         stack.append(top)
                     else:
@@ -439,6 +481,8 @@ def _plan_of(src: str) -> Plan:
                         entry, called = entries.pop()
                         if not called:
                             call_free.append(entry)
+                    elif k == _LOOP:
+                        loop_check(top, tok)
                     stack.pop()
                     top = stack[-1]
                     state = _DONE
@@ -496,6 +540,8 @@ def _plan_of(src: str) -> Plan:
                 if text in ("nil", "true", "false"):
                     state = _DONE
                 elif text == "function":
+                    if loops:
+                        loops[-1].loop[3] = True  # type: ignore[index]
                     top = _Frame(_FUNCTION_NAME, top.cur)
                     stack.append(top)
                 elif text != "not":
@@ -532,6 +578,8 @@ def _plan_of(src: str) -> Plan:
             elif text == "[" or (state == _PREFIX and (text == "(" or text == "{")):
                 if text != "[" and entries:
                     entries[-1][1] = True  # a call
+                if text != "[" and loops:
+                    loops[-1].loop[2] = True  # type: ignore[index]
                 top = _Frame(_PAREN if text == "(" else _BRACKET if text == "[" else _BRACE,
                              top.cur, top.extra, flag=text == "{")
                 stack.append(top)
@@ -548,7 +596,10 @@ def _plan_of(src: str) -> Plan:
                 # iteration evaluates again.
                 initial = acc[top.extra] if k == _WHILE_HEAD else 0
                 top.kind = _LOOP
-                top.cur = add_check(tok.end, 1, initial)
+                acc.append(initial)  # its check is placed at its end (see loop_check)
+                top.cur = top.dom = len(acc) - 1
+                top.loop = [tok.end, 0, False, False]
+                loops.append(top)
                 top.extra = -1
                 top.flag = False
                 state = _DONE
@@ -564,6 +615,8 @@ def _plan_of(src: str) -> Plan:
         elif kind is TokenKind.STRING and state == _PREFIX:
             if entries:
                 entries[-1][1] = True  # a call with a string argument
+            if loops:
+                loops[-1].loop[2] = True  # type: ignore[index]
         else:
             raise fail(tok)
     if top.kind == _UNTIL:
@@ -581,6 +634,10 @@ def _plan_of(src: str) -> Plan:
     # compiled code the entry is one subtraction the JIT folds into the next check.
     for entry in call_free:
         weights[entry] = -weights[entry]
+    if unsorted:  # a loop's check placed after checks inside its statement
+        order = sorted(range(len(offsets)), key=offsets.__getitem__)
+        offsets = [offsets[j] for j in order]
+        weights = array("q", [weights[j] for j in order])
     # Several checks at one offset (a goto's and a segment's) become one, a full one if
     # either is; a check that charges nothing is left out.
     kept_offsets = array("q")

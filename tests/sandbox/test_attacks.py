@@ -616,6 +616,15 @@ LOOP_SHAPES = {
         "local mt = {} mt.__add = function(a, b) return a + b end "
         "local t = setmetatable({}, mt) while true do pcall(function() return t + 1 end) end"
     ),
+    # A loop body of one statement that calls has its check after the statement.
+    "loop_of_one_call": "local function f() end while true do f() end",
+    "for_of_one_call": (
+        "local n = 0 local function f(x) return x + 1 end for i = 1, math.huge do n = f(n) end"
+    ),
+    "loop_of_one_call_of_a_new_closure": (
+        "local function mk(k) return function(x) return x + k end end "
+        "while true do local n = 0 for i = 1, math.huge do n = mk(i)(n) end end"
+    ),
     "gsub_callbacks_forever": (
         "local s = string.rep('a', 1000) while true do s = s:gsub('a', function(c) return c end) end"
     ),

@@ -894,6 +894,40 @@ def _entries(src: str) -> list[str]:
             for m in re.finditer(r"\[0\]-\d+ (if)?", source)]
 
 
+def _placed(src: str) -> str:
+    """The source with each full check shown as @, each call-free entry as ~."""
+    source = instrument(src, cell=CELL, poll=POLL, slow=SLOW).source
+    source = re.sub(r" \S+\[0\]=\S+\[0\]-\d+ if \S+\[0\]<\S+\[0\] then \S+\(\)end ", "@",
+                    source)
+    source = re.sub(r" \S+\[0\]=\S+\[0\]-\d+ ", "~", source)
+    return source.split("...) ", 1)[1].rsplit("\nend", 1)[0]
+
+
+@pytest.mark.parametrize(
+    ("src", "placed"),
+    [
+        # one statement that calls: after it
+        ("for i = 1, 3 do f(i) end", "for i = 1, 3 do f(i) @end"),
+        ("while x do x = g(x) end", "while x do x = g(x) @end"),
+        ("for i = 1, 3 do if p(i) then break end end", "for i = 1, 3 do if p(i) then break end @end"),
+        # anything else: after `do`
+        ("for i = 1, 3 do x = i end", "for i = 1, 3 do@ x = i end"),
+        ("for i = 1, 3 do f(i) g(i) end", "for i = 1, 3 do@ f(i) g(i) end"),
+        ("while f() do x = 1 end", "while f() do@ x = 1 end"),  # the condition's call
+        ("for i = 1, 3 do return f(i) end", "for i = 1, 3 do@ return f(i) end"),
+        ("for i = 1, 3 do for j = 1, 3 do f(j) end end",
+         "for i = 1, 3 do@ for j = 1, 3 do f(j) @end end"),
+        ("for i = 1, 3 do local h = function() g() end end",
+         "for i = 1, 3 do@ local h = function() @g() end end"),
+        ("for i = 1, 3 do if f(i) then goto c end ::c:: end",
+         "for i = 1, 3 do@ if f(i) then @goto c end ::c:: end"),
+        ("repeat f() until x", "repeat@ f() until x"),
+    ],
+)  # fmt: skip
+def test_where_a_loop_check_goes(src: str, placed: str) -> None:
+    assert _placed(src) == placed
+
+
 @pytest.mark.parametrize(
     ("src", "kinds"),
     [
