@@ -279,7 +279,7 @@ end
 -- through the FFI cell at interpreter speed, at ~1.6x raw LuaJIT. A coroutine whose body
 -- is a mod's function is *counted*: its yields (coroutine.yield below) and its end (its
 -- body returns through `ended`) tell how many values they hand back, just before the
--- switch back to its resumer, which then takes two values in fixed slots and returns as
+-- switch back to its resumer, which then takes four values in fixed slots and returns as
 -- many as were handed (the rest of a longer handover kept aside). A coroutine not counted
 -- (a library function as body) takes the plain way.
 do
@@ -287,11 +287,15 @@ do
   local WORK_PER_STEP = config.work_per_step
   local counted = setmetatable({}, { __mode = "k" })
   local handed, handed_rest = -1, nil  -- the count of values of the last handover
+  -- Whether the running coroutine was switched to by a counted resume, whose end then
+  -- reads `handed`: set around that switch, and back to the resumer's own after it (a
+  -- coroutine's yields to the host, the commonest there, count nothing and keep nothing).
+  local counting = false
 
   local function ended(...)
     local n = select("#", ...)
     handed = n
-    if n > 2 then handed_rest = { ... } end
+    if n > 4 then handed_rest = { ... } end
     return ...
   end
 
@@ -308,9 +312,11 @@ do
   end
 
   function wrapped_lib.coroutine.yield(...)
-    local n = select("#", ...)
-    handed = n
-    if n > 2 then handed_rest = { ... } end
+    if counting then
+      local n = select("#", ...)
+      handed = n
+      if n > 4 then handed_rest = { ... } end
+    end
     return co_yield(...)
   end
 
@@ -322,18 +328,20 @@ do
     return co
   end
 
-  -- What a counted coroutine handed back but one value, a and b its first two values.
-  local function handed_values(a, b)
+  -- What a counted coroutine handed back but one value, a to d its first four values.
+  local function handed_values(a, b, c, d)
     local n = handed
     if n == 0 then return end
     if n == 2 then return a, b end
+    if n == 3 then return a, b, c end
+    if n == 4 then return a, b, c, d end
     local rest = handed_rest
     handed_rest = nil
-    if n > 2 and rest then
+    if n > 4 and rest then
       if n >= WORK_PER_STEP then charge(floor(n / WORK_PER_STEP)) end  -- as unpack's
       return t_unpack(rest, 1, n)
     end
-    return a, b  -- unreachable: every way back from a counted coroutine counts
+    return a, b, c, d  -- unreachable: every way back from a counted coroutine counts
   end
 
   -- The resume of a counted coroutine, with its one argument or none. Functions of fixed
@@ -341,22 +349,28 @@ do
   -- return from a vararg frame, or the call, that a trace stitched after the switch meets.
   local function resume_counted(co, a)
     handed = -1
-    local ok, r1, r2 = co_resume(co, a)
+    local was = counting
+    counting = true
+    local ok, r1, r2, r3, r4 = co_resume(co, a)
+    counting = was
     if ok and not tripped then
       c_depth = c_depth - 1
       if handed == 1 then return true, r1 end
-      return true, handed_values(r1, r2)
+      return true, handed_values(r1, r2, r3, r4)
     end
     return resumed(co, ok, r1)  -- an error (one value) or a trip
   end
 
   local function resume_counted_bare(co)
     handed = -1
-    local ok, r1, r2 = co_resume(co)
+    local was = counting
+    counting = true
+    local ok, r1, r2, r3, r4 = co_resume(co)
+    counting = was
     if ok and not tripped then
       c_depth = c_depth - 1
       if handed == 1 then return true, r1 end
-      return true, handed_values(r1, r2)
+      return true, handed_values(r1, r2, r3, r4)
     end
     return resumed(co, ok, r1)
   end
@@ -378,22 +392,28 @@ do
   -- A coroutine.wrap function's call of a counted coroutine, as resume_counted.
   local function call_counted(co, a)
     handed = -1
-    local ok, r1, r2 = co_resume(co, a)
+    local was = counting
+    counting = true
+    local ok, r1, r2, r3, r4 = co_resume(co, a)
+    counting = was
     if ok and not tripped then
       c_depth = c_depth - 1
       if handed == 1 then return r1 end
-      return handed_values(r1, r2)
+      return handed_values(r1, r2, r3, r4)
     end
     return wrap_result(co, ok, r1)  -- an error (one value) or a trip
   end
 
   local function call_counted_bare(co)
     handed = -1
-    local ok, r1, r2 = co_resume(co)
+    local was = counting
+    counting = true
+    local ok, r1, r2, r3, r4 = co_resume(co)
+    counting = was
     if ok and not tripped then
       c_depth = c_depth - 1
       if handed == 1 then return r1 end
-      return handed_values(r1, r2)
+      return handed_values(r1, r2, r3, r4)
     end
     return wrap_result(co, ok, r1)
   end
