@@ -683,13 +683,35 @@ do
         elseif repeats_count == 1 and tail > count then
           linear = 2 * len + 1 + 2 * (ends[last_repeat] - starts[last_repeat] + 1)
         end
-        result = { linear, 2 * scan }
+        -- The character every match begins with, when the first item (captures apart)
+        -- is a literal: a start at any other character fails at that item, before any
+        -- scan, so only the starts at one of its occurrences scan (nil: none such, or
+        -- an anchored pattern, which gmatch reads otherwise).
+        local first = 1
+        while kinds[first] == 40 or kinds[first] == 41 do first = first + 1 end
+        local lead = nil
+        if s_byte(p, 1) ~= 94 and kinds[first] == 0 and quants[first] == nil then
+          local lit = literal_of(p, starts[first], ends[first])
+          if lit ~= nil then lead = s_char_(lit) end
+        end
+        result = { linear, 2 * scan, lead }
       end
     end
     if shapes_seen_count >= 256 then shapes_seen, shapes_seen_count = {}, 0 end
     shapes_seen[p] = result
     shapes_seen_count = shapes_seen_count + 1
     return result
+  end
+
+  -- `ops` plus `per_start` for each occurrence of `lead` in `s` from `at` (one there), or
+  -- nil once that passes NATIVE_PATTERN_OPS.
+  local function more_starts(s, lead, at, ops, per_start)
+    while at ~= nil do
+      ops = ops + per_start
+      if ops > NATIVE_PATTERN_OPS then return nil end
+      at = s_find(s, lead, at + 1, true)
+    end
+    return ops
   end
 
   -- The worst-case steps of the native matcher on this call, or nil when it must not run
@@ -700,17 +722,30 @@ do
     local k = repeats(p)
     if k == nil or (type(s) ~= "string" and type(s) ~= "number") then return 0 end
     local n = coerced_len(s) + 1
-    local ops = n
-    for _ = 1, k do
-      ops = ops * n
-      if ops > NATIVE_PATTERN_OPS then ops = nil break end
-    end
-    if ops ~= nil then return ops end
+    -- A power, not a loop of products: a loop here would stop the JIT from compiling the
+    -- loop that calls the pattern function (the same for the count of starts below).
+    local ops = n ^ (k + 1)
+    if ops <= NATIVE_PATTERN_OPS then return ops end
     local known = shape(p)
     if not known then return nil end
     if known[1] then return n * known[1], true end
-    ops = n * (2 * #p + 1 + n * known[2])
-    if ops > NATIVE_PATTERN_OPS then return nil end
+    ops = n * (2 * #p + 1)
+    local per_start = n * known[2]
+    local lead = known[3]
+    if lead == nil then
+      ops = ops + n * per_start
+    else
+      -- Only a start at an occurrence of the pattern's leading character scans: counted
+      -- (a plain find each), up to as many as the bound leaves room for; the first two
+      -- out of the loop, which then runs only for a subject that holds more.
+      local at = s_find(s, lead, 1, true)
+      if at ~= nil then
+        ops = ops + per_start
+        at = s_find(s, lead, at + 1, true)
+        if at ~= nil then ops = more_starts(s, lead, at, ops, per_start) end
+      end
+    end
+    if ops == nil or ops > NATIVE_PATTERN_OPS then return nil end
     return ops
   end
 

@@ -259,15 +259,6 @@ end
 
 local host_cos = setmetatable({}, { __mode = "k" })  -- the coroutines of host runs
 
-function wrapped_lib.coroutine.resume(...)
-  local co = ...
-  if type(co) ~= "thread" then return co_resume(...) end  -- the native's own error
-  if host_cos[co] then return false, "cannot resume non-suspended coroutine" end
-  if c_depth >= MAX_C_DEPTH then raise_here(RESUME_TOO_DEEP) end
-  c_depth = c_depth + 1
-  return resumed(co, co_resume(...))
-end
-
 -- A coroutine.wrap function raises what its coroutine raised; as LuaJIT's does, it puts
 -- its caller's position before a message (tail-called: the caller is at level 2).
 local function wrap_result(co, ok, ...)
@@ -281,18 +272,176 @@ local function wrap_result(co, ok, ...)
   error(err, 0)
 end
 
+-- The switch of a resume, compiled. LuaJIT compiles a loop through a coroutine switch by
+-- stitching its trace around the native resume, which it can do only when what follows
+-- the call takes a fixed number of values: `resumed(co, co_resume(...))` takes them all,
+-- so a loop that resumes (a ring of coroutines, a generator) ran interpreted, its checks
+-- through the FFI cell at interpreter speed, at ~1.6x raw LuaJIT. A coroutine whose body
+-- is a mod's function is *counted*: its yields (coroutine.yield below) and its end (its
+-- body returns through `ended`) tell how many values they hand back, just before the
+-- switch back to its resumer, which then takes four values in fixed slots and returns as
+-- many as were handed (the rest of a longer handover kept aside). A coroutine not counted
+-- (a library function as body) takes the plain way.
 do
+  local t_unpack = unpack
+  local WORK_PER_STEP = config.work_per_step
+  local counted = setmetatable({}, { __mode = "k" })
+  local handed, handed_rest = -1, nil  -- the count of values of the last handover
+  -- Whether the running coroutine was switched to by a counted resume, whose end then
+  -- reads `handed`: set around that switch, and back to the resumer's own after it (a
+  -- coroutine's yields to the host, the commonest there, count nothing and keep nothing).
+  local counting = false
+
+  local function ended(...)
+    local n = select("#", ...)
+    handed = n
+    if n > 4 then handed_rest = { ... } end
+    return ...
+  end
+
+  -- The body of a counted coroutine: f's own frame is the coroutine's first mod frame, as
+  -- in LuaJIT (levels past it find no mod frame either way).
+  local function counted_body(f)
+    return function(...) return ended(f(...)) end
+  end
+
+  local function mod_function(f)
+    if type(f) ~= "function" then return false end
+    local info = getinfo(f, "S")
+    return info ~= nil and m_chunks[info.source] == true
+  end
+
+  function wrapped_lib.coroutine.yield(...)
+    if counting then
+      local n = select("#", ...)
+      handed = n
+      if n > 4 then handed_rest = { ... } end
+    end
+    return co_yield(...)
+  end
+
+  function wrapped_lib.coroutine.create(...)
+    local f = ...
+    if not mod_function(f) then return co_create(...) end  -- a library body, or the error
+    local co = co_create(counted_body(f))
+    counted[co] = true
+    return co
+  end
+
+  -- What a counted coroutine handed back but one value, a to d its first four values.
+  local function handed_values(a, b, c, d)
+    local n = handed
+    if n == 0 then return end
+    if n == 2 then return a, b end
+    if n == 3 then return a, b, c end
+    if n == 4 then return a, b, c, d end
+    local rest = handed_rest
+    handed_rest = nil
+    if n > 4 and rest then
+      if n >= WORK_PER_STEP then charge(floor(n / WORK_PER_STEP)) end  -- as unpack's
+      return t_unpack(rest, 1, n)
+    end
+    return a, b, c, d  -- unreachable: every way back from a counted coroutine counts
+  end
+
+  -- The resume of a counted coroutine, with its one argument or none. Functions of fixed
+  -- arity, and one value handed back returned with no call: LuaJIT cannot compile a
+  -- return from a vararg frame, or the call, that a trace stitched after the switch meets.
+  local function resume_counted(co, a)
+    handed = -1
+    local was = counting
+    counting = true
+    local ok, r1, r2, r3, r4 = co_resume(co, a)
+    counting = was
+    if ok and not tripped then
+      c_depth = c_depth - 1
+      if handed == 1 then return true, r1 end
+      return true, handed_values(r1, r2, r3, r4)
+    end
+    return resumed(co, ok, r1)  -- an error (one value) or a trip
+  end
+
+  local function resume_counted_bare(co)
+    handed = -1
+    local was = counting
+    counting = true
+    local ok, r1, r2, r3, r4 = co_resume(co)
+    counting = was
+    if ok and not tripped then
+      c_depth = c_depth - 1
+      if handed == 1 then return true, r1 end
+      return true, handed_values(r1, r2, r3, r4)
+    end
+    return resumed(co, ok, r1)
+  end
+
+  function wrapped_lib.coroutine.resume(...)
+    local co, a = ...
+    if type(co) ~= "thread" then return co_resume(...) end  -- the native's own error
+    if host_cos[co] then return false, "cannot resume non-suspended coroutine" end
+    if c_depth >= MAX_C_DEPTH then raise_here(RESUME_TOO_DEEP) end
+    c_depth = c_depth + 1
+    if counted[co] then
+      local nargs = select("#", ...)
+      if nargs == 2 then return resume_counted(co, a) end
+      if nargs == 1 then return resume_counted_bare(co) end
+    end
+    return resumed(co, co_resume(...))
+  end
+
+  -- A coroutine.wrap function's call of a counted coroutine, as resume_counted.
+  local function call_counted(co, a)
+    handed = -1
+    local was = counting
+    counting = true
+    local ok, r1, r2, r3, r4 = co_resume(co, a)
+    counting = was
+    if ok and not tripped then
+      c_depth = c_depth - 1
+      if handed == 1 then return r1 end
+      return handed_values(r1, r2, r3, r4)
+    end
+    return wrap_result(co, ok, r1)  -- an error (one value) or a trip
+  end
+
+  local function call_counted_bare(co)
+    handed = -1
+    local was = counting
+    counting = true
+    local ok, r1, r2, r3, r4 = co_resume(co)
+    counting = was
+    if ok and not tripped then
+      c_depth = c_depth - 1
+      if handed == 1 then return r1 end
+      return handed_values(r1, r2, r3, r4)
+    end
+    return wrap_result(co, ok, r1)
+  end
+
   local co_wrap = coroutine.wrap
   local WRAP_TEXT = tostring(co_wrap(function() end))
 
   function wrapped_lib.coroutine.wrap(...)
     local f = ...
     if type(f) ~= "function" then return co_wrap(...) end  -- the native's own error
-    local co = co_create(f)
-    local fn = function(...)
-      if c_depth >= MAX_C_DEPTH then raise_here(RESUME_TOO_DEEP) end
-      c_depth = c_depth + 1
-      return wrap_result(co, co_resume(co, ...))
+    local fn
+    if mod_function(f) then
+      local co = co_create(counted_body(f))
+      fn = function(...)
+        if c_depth >= MAX_C_DEPTH then raise_here(RESUME_TOO_DEEP) end
+        c_depth = c_depth + 1
+        local nargs = select("#", ...)
+        if nargs == 1 then return call_counted(co, (...)) end
+        if nargs == 0 then return call_counted_bare(co) end
+        return wrap_result(co, co_resume(co, ...))
+      end
+    else
+      local co = co_create(f)
+      fn = function(...)
+        if c_depth >= MAX_C_DEPTH then raise_here(RESUME_TOO_DEEP) end
+        c_depth = c_depth + 1
+        return wrap_result(co, co_resume(co, ...))
+      end
     end
     builtin_text[fn] = WRAP_TEXT
     return fn

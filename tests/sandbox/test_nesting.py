@@ -74,3 +74,58 @@ def test_moderate_nesting_is_fine(jit):
     """
     with Sandbox(jit=jit) as sb:
         assert sb.run(src).values == ("x", 150)
+
+
+# The counted coroutines' fast paths (protected.lua): a resume with one argument or none,
+# and a coroutine.wrap call with one or none, give their level back on every way out (a
+# yield, an end, an error), so many of them in a row leave the bound where it was; and
+# they still stop at it.
+def test_the_fast_resumes_give_their_level_back_on_every_way_out(jit):
+    src = """
+    local function ways()
+      local co = coroutine.create(function(x) coroutine.yield(x) coroutine.yield() error('e') end)
+      assert(coroutine.resume(co, 1)) assert(coroutine.resume(co)) assert(not coroutine.resume(co))
+      assert(not coroutine.resume(co))  -- dead
+      local f = coroutine.wrap(function(x) coroutine.yield(x) return 1, 2, 3 end)
+      f(1) f()
+      assert(not pcall(f))  -- dead
+      local g = coroutine.wrap(function() error({}) end)
+      assert(not pcall(g, 1))
+    end
+    for _ = 1, 1000 do ways() end
+    local depth = 0
+    local function nest(n)
+      if n == 0 then return end
+      depth = depth + 1
+      local co = coroutine.create(function(k) nest(k) end)
+      local ok, e = coroutine.resume(co, n - 1)
+      if not ok then error(e, 0) end
+    end
+    nest(150)
+    local reached = depth
+    depth = 0
+    local ok, e = pcall(nest, 400)
+    return reached, ok, e
+    """
+    with Sandbox(Budget(steps=10**9, wall_s=20), jit=jit) as sb:
+        out = sb.run(src, "@fast.lua")
+        assert out.status == "done", out
+        reached, ok, err = out.values
+        assert reached == 150 and ok is False
+        assert "nested too deeply" in err or "stack overflow" in err
+
+
+def test_a_trip_inside_a_fast_resume_is_raised_again_in_its_resumer(jit):
+    # The loop trips inside the coroutine: neither the resume nor the wrap call returns to
+    # the mod, whichever fast path it took.
+    for call in ("coroutine.resume(co)", "coroutine.resume(co, 1)", "w()", "w(1)"):
+        src = f"""
+        local co = coroutine.create(function() while true do end end)
+        local w = coroutine.wrap(function() while true do end end)
+        local ok = pcall(function() return {call} end)
+        report('returned')
+        """
+        with Sandbox(Budget(steps=100_000, wall_s=20), jit=jit) as sb:
+            out = sb.run(src, "@trip.lua")
+            assert out.status == "budget" and out.error.budget == "steps", (call, out)
+            assert out.reports == (), call

@@ -46,7 +46,14 @@ local function bound(s, p)
   if not known then return nil end
   local n = #s + 1
   if known[1] then return n * known[1], true end
-  return n * (2 * #p + 1 + n * known[2]), false
+  if known[3] == nil then return n * (2 * #p + 1 + n * known[2]), false end
+  -- A leading literal: only the starts at its occurrences scan.
+  local starts, at = 0, s_find(s, known[3], 1, true)
+  while at do
+    starts = starts + 1
+    at = s_find(s, known[3], at + 1, true)
+  end
+  return n * (2 * #p + 1) + starts * n * known[2], false
 end
 
 -- The metered matcher's work on each kind of call, against the bound.
@@ -147,3 +154,33 @@ def test_linear_patterns_on_a_long_subject_match_as_natively_and_are_charged_for
         assert out.values == (30000, 30000, 30000 * 33)
         # The three calls over ~1 MB are charged at least a step per 256 bytes each.
         assert out.stats.steps > 3 * (30000 * 35) // 256
+
+
+def test_a_pattern_that_begins_with_a_literal_is_bounded_by_the_starts_at_it():
+    # Only a start at the leading literal scans: a log line with one "[" stays within the
+    # native bound, and the bound grows with every "[" the subject holds.
+    pattern = b"%[(%u+)%] user=(%a+) took=(%d+)ms"
+    line = b"12:34:56 [ERROR] user=dee took=123ms path=/api/v1/items/1234"
+    one, *_ = _CHECK(line, pattern)
+    assert one < 100_000
+    assert _holds(line.decode(), pattern.decode())
+    many = b"[" * 40 + line
+    assert _CHECK(many, pattern)[0] > 40 * len(many)
+    assert _holds(many.decode(), pattern.decode())
+    for subject in ("[A" * 60, "[" + "A" * 120, "[A] user=" * 12):
+        assert _holds(subject, pattern.decode())
+
+
+def test_a_pattern_with_many_leading_literals_in_its_subject_goes_to_the_metered_matcher():
+    # Subjects full of the leading literal: the count stops once past the native bound, and
+    # the call still returns what the native returns (from the metered matcher).
+    src = """
+    local p = "%[(%u+)%] user=(%a+) took=(%d+)ms"
+    local line = "12:34:56 [ERROR] user=dee took=123ms"
+    local crowded = string.rep("[", 200) .. line
+    return string.match(line, p), string.match(crowded, p), #string.rep("[A", 300):gsub(p, "")
+    """
+    with Sandbox(Budget(steps=1 << 40, wall_s=20)) as sb:
+        out = sb.run(src, "=lead")
+        assert out.status == "done", out
+        assert out.values == ("ERROR", "ERROR", 600)
