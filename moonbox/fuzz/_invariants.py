@@ -14,7 +14,8 @@ Invariants (the names are what reproducers and reports show):
 - ``host-exception``: nothing but a script fault leaves the sandbox (no :class:`HostError`,
   no Python exception).
 - ``wall-time``: every resume ends within its wall budget plus a margin (a resume the
-  machine kept off the CPU for longer than the margin is judged on its CPU time).
+  machine kept off the CPU for longer than the margin is judged on its CPU time; Python's
+  full collections that land in it are left out: they cost what the whole process holds).
 - ``syntax-verdict``: the sandbox refuses a program as a syntax error exactly when LuaJIT's
   own parser does (or when the instrumented form passes one of LuaJIT's limits, or the source
   one of the sandbox's documented parser limits: too many gotos or colliding numbers).
@@ -84,6 +85,7 @@ host side, and the isolated runtime lives in another process.
 
 from __future__ import annotations
 
+import gc
 import math
 import re
 import time
@@ -359,6 +361,44 @@ def _check_reports(reports: Any) -> list[Violation]:
             found.append(Violation("plain-data", problem))
             break
     return found
+
+
+class FullCollections:
+    """The time Python's full collections (generation 2) took in this process so far, wall
+    and CPU: a cost of every object the process holds, not of the resume it lands in (a
+    worker that has run hundreds of programs holds many), which the ``wall-time`` check
+    leaves out. The smaller collections stay in: they follow what the resume allocated."""
+
+    def __init__(self) -> None:
+        self.wall_s = 0.0
+        self.cpu_s = 0.0
+        self._started: tuple[float, float] | None = None
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._started = (time.perf_counter(), time.thread_time())
+        elif self._started is not None:
+            wall0, cpu0 = self._started
+            self.wall_s += time.perf_counter() - wall0
+            self.cpu_s += time.thread_time() - cpu0
+            self._started = None
+
+    def spent(self) -> tuple[float, float]:
+        return self.wall_s, self.cpu_s
+
+
+_full_collections: FullCollections | None = None
+
+
+def full_collections() -> FullCollections:
+    """The process's one :class:`FullCollections`, made on first use."""
+    global _full_collections
+    if _full_collections is None:
+        _full_collections = FullCollections()
+    return _full_collections
 
 
 def check_wall(elapsed_s: float, budget: Budget, margin_s: float,
@@ -822,12 +862,18 @@ class Checker:
                 lua_cpu[0] += time.thread_time() - c0
 
         sb._h_resume = timed
+        collections = full_collections()
         try:
             for i in range(MAX_RESUMES):
+                gc_wall0, gc_cpu0 = collections.spent()
                 t0, cpu0, lua0 = time.perf_counter(), time.thread_time(), lua_cpu[0]
                 outcome = run.resume()
                 elapsed = time.perf_counter() - t0
                 cpu_s = time.thread_time() - cpu0
+                gc_wall, gc_cpu = collections.spent()
+                # Python's full collections that landed in the resume are the process's.
+                elapsed -= gc_wall - gc_wall0
+                cpu_s -= gc_cpu - gc_cpu0
                 host_s = cpu_s - (lua_cpu[0] - lua0)
                 result.elapsed_s += elapsed
                 result.resumes.append((outcome, elapsed, cpu_s, host_s,

@@ -136,6 +136,23 @@ def test_a_run_past_its_wall_budget_and_margin_is_a_violation():
     assert late is not None and late.invariant == "wall-time"
 
 
+def test_pythons_full_collections_are_counted_apart():
+    import gc
+
+    from moonbox.fuzz._invariants import full_collections
+
+    counter = full_collections()
+    assert full_collections() is counter  # one per process
+    garbage = [[i] for i in range(200_000)]
+    wall0, cpu0 = counter.spent()
+    gc.collect(1)  # a smaller collection: not counted
+    assert counter.spent() == (wall0, cpu0)
+    gc.collect()  # a full one
+    del garbage
+    wall, cpu = counter.spent()
+    assert wall > wall0 and cpu >= cpu0
+
+
 def test_a_resume_kept_off_the_cpu_is_judged_on_its_cpu_time():
     budget = Budget(wall_s=0.2)
     # 1.2 s of wall, 0.2 s of it on the CPU: the machine, not the sandbox, made it late
