@@ -1,7 +1,13 @@
 """Mods for the cluster tests: each moves its own entity by random steps and counts the
-events it hears from the others, so a lost or doubled event changes the world."""
+events it hears from the others, so a lost or doubled event changes the world. Also what
+the tests of a game on Ray share: playing the host's inputs, and the loopback check."""
 
 from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+import psutil
 
 from moonbox.cluster import ModSpec
 
@@ -29,3 +35,35 @@ on("bump", function(d) state_set("bumps", (state_get("bumps") or 0) + d.n) end)
 def inputs(t: int) -> list[tuple[str, dict]]:
     """The host's events before tick ``t``: the same for every run."""
     return [("bump", {"n": t})] if t % 4 == 1 else []
+
+
+def play(game: Any, first: int, last: int) -> None:
+    """Ticks ``first`` to ``last`` of a sharded game, with the host's inputs, asserting
+    that no mod failed (mods that run)."""
+    for t in range(first, last + 1):
+        for name, data in inputs(t):
+            game.emit(name, data)
+        answers = game.tick()
+        assert not any(a["failures"] for a in answers.values()), answers
+
+
+def is_loopback(ip: str) -> bool:
+    address = ipaddress.ip_address(ip)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def assert_sockets_on_loopback(procs: list[psutil.Process]) -> None:
+    """Every inet socket of ``procs``, both ends, is on loopback, and there is one."""
+    checked = 0
+    for p in procs:
+        try:
+            conns = p.net_connections(kind="inet")
+        except psutil.NoSuchProcess:
+            continue
+        for c in conns:
+            ips = [c.laddr.ip] + ([c.raddr.ip] if c.raddr else [])
+            assert all(is_loopback(ip) for ip in ips), (p.name(), c)
+            checked += 1
+    assert checked > 0

@@ -11,14 +11,13 @@ interface: on 127.0.0.1 they listen on loopback alone, which the test checks.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from _mods import chatty_mods, inputs
+from _mods import assert_sockets_on_loopback, chatty_mods, play
 
 # Ray decides whether its servers may leave loopback when it is first imported.
 os.environ["RAY_AUTH_MODE"] = "token"
@@ -41,13 +40,6 @@ from moonbox.cluster import (  # noqa: E402
 # Loose enough that a loaded machine does not lose the head node by mistake.
 HEALTH_CHECKS = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500,
                  "health_check_timeout_ms": 1000, "health_check_failure_threshold": 3}
-
-
-def is_loopback(ip: str) -> bool:
-    address = ipaddress.ip_address(ip)
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback
 
 
 def started_by_this_test(before: set[int]) -> list[psutil.Process]:
@@ -101,14 +93,6 @@ def quiet(mods: list[ModSpec]) -> list[ModSpec]:
                     .replace('"ball', '"qball')) for m in mods]
 
 
-def play(game: ShardedGame, first: int, last: int) -> None:
-    for t in range(first, last + 1):
-        for name, data in inputs(t):
-            game.emit(name, data)
-        answers = game.tick()
-        assert not any(a["failures"] for a in answers.values()), answers  # mods that run
-
-
 def test_a_lost_node_is_survived(two_nodes, tmp_path: Path):
     cluster, second, track = two_nodes
     chatty, silent = chatty_mods(4), quiet(chatty_mods(2))
@@ -130,18 +114,7 @@ def test_a_lost_node_is_survived(two_nodes, tmp_path: Path):
         on_second = {p.pid for p in raylet.children(recursive=True)}
         assert pids[0] not in on_second and {pids[1], pids[2]} <= on_second
 
-        procs = [psutil.Process(), *track()]
-        checked = 0
-        for p in procs:
-            try:
-                conns = p.net_connections(kind="inet")
-            except psutil.NoSuchProcess:
-                continue
-            for c in conns:
-                ips = [c.laddr.ip] + ([c.raddr.ip] if c.raddr else [])
-                assert all(is_loopback(ip) for ip in ips), (p.name(), c)
-                checked += 1
-        assert checked > 0
+        assert_sockets_on_loopback([psutil.Process(), *track()])
 
         # The machine goes: its raylet and every process under it, at once.
         victims = [raylet, *raylet.children(recursive=True)]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from _mods import chatty_mods, inputs
+from _mods import assert_sockets_on_loopback, chatty_mods, play
 
 # Ray decides whether its servers may leave loopback when it is first imported.
 os.environ["RAY_AUTH_MODE"] = "token"
@@ -19,8 +19,6 @@ ray = pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 
                                         "(or 'moonbox[ray]')")
 
 from moonbox.cluster import LocalBackend, RayBackend, ShardedGame, start_local_ray  # noqa: E402
-
-LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 
 
 @pytest.fixture(scope="module")
@@ -48,14 +46,6 @@ def local_ray():
         assert not alive, f"left running: {[(p.pid, p.name()) for p in alive]}"
 
 
-def play(game: ShardedGame, first: int, last: int) -> None:
-    for t in range(first, last + 1):
-        for name, data in inputs(t):
-            game.emit(name, data)
-        answers = game.tick()
-        assert not any(a["failures"] for a in answers.values()), answers  # mods that run
-
-
 def local_hash(ticks: int) -> str:
     with ShardedGame(chatty_mods(), 2, seed=11, backend=LocalBackend()) as game:
         play(game, 1, ticks)
@@ -68,17 +58,7 @@ def test_every_socket_stays_on_loopback(local_ray):
         pids = {f["pid"] for f in game.figures().values()}
         procs = [psutil.Process(), *psutil.Process().children(recursive=True)]
         assert pids <= {p.pid for p in procs}
-        checked = 0
-        for p in procs:
-            try:
-                conns = p.net_connections(kind="inet")
-            except psutil.NoSuchProcess:
-                continue
-            for c in conns:
-                ips = [c.laddr.ip] + ([c.raddr.ip] if c.raddr else [])
-                assert set(ips) <= LOOPBACK, (p.name(), c)
-                checked += 1
-        assert checked > 0
+        assert_sockets_on_loopback(procs)
 
 
 def test_ray_and_local_give_the_same_world(local_ray):
