@@ -198,6 +198,17 @@ local function pending_hook()
   if m_active then slow() end
 end
 
+-- Whether the hook landed in the prelude's own code (the host's work between the mod's
+-- steps), where it never polls or trips: then it waits, armed for one instruction at a
+-- time, and the first instruction back in mod code polls.
+local function deferred()
+  local info = getinfo(3, "S")  -- 1: this function, 2: the hook, 3: the code it landed in
+  if not (info and info.source == PRELUDE_SOURCE) then return false end
+  hook_pending = true
+  sethook(pending_hook, "", 1)
+  return true
+end
+
 hook = function()
   if cell[1] ~= 0 then
     -- The host's alarm: a resume ran past its deadline without polling (one instruction
@@ -207,32 +218,16 @@ hook = function()
     -- poll to lower: it tells the slow path the alarm asked for it.
     restore_hook()
     if not (m_active and now() > m_deadline) then cell[1] = 0 return end
-    local info = getinfo(2, "S")
-    if info and info.source == PRELUDE_SOURCE then
-      -- In the prelude's own code: its next charge polls (a charge compares the window
-      -- with the flag, as a check does), and so does the first instruction back in mod
-      -- code. (The window is left as it is: emptying it here, in the middle of the
-      -- meter's own accounting, counted a window of steps twice.)
-      hook_pending = true
-      sethook(pending_hook, "", 1)
-      return
-    end
+    -- In the prelude's own code its next charge polls too (a charge compares the window
+    -- with the flag, as a check does). The window is left as it is: emptying it here, in
+    -- the middle of the meter's own accounting, counted a window of steps twice.
+    if deferred() then return end
     return slow()
   end
   if not m_active then return end
   local c = cell[0] - HOOK_STEPS
   cell[0] = c
-  if c < 0 then
-    -- Never poll or trip inside the prelude's own code (the host's work between the mod's
-    -- steps): the first instruction back in mod code does.
-    local info = getinfo(2, "S")
-    if info and info.source == PRELUDE_SOURCE then
-      hook_pending = true
-      sethook(pending_hook, "", 1)
-      return
-    end
-    slow()
-  end
+  if c < 0 and not deferred() then slow() end
 end
 
 if config.jit then
