@@ -315,6 +315,19 @@ def call_in_thread(api, source: str):
     return thread, outcome
 
 
+def _remove(action: str, registry: Registry, scope, api) -> str:
+    """Takes the binding ``build`` away from a running call as ``action`` says; why the
+    call is aborted, as it says so."""
+    if action == "unregister":
+        registry.unregister("build")
+        return "the binding was removed"
+    if action == "close_scope":
+        scope.close()
+        return "the binding was removed"
+    api.close()
+    return "the mod was unloaded"
+
+
 @pytest.mark.parametrize("unpack", [False, True], ids=["model", "lane"])
 @pytest.mark.parametrize("action", ["unregister", "close_scope", "close_mod"])
 def test_removing_a_binding_or_unloading_the_mod_aborts_its_running_calls(action, unpack):
@@ -325,15 +338,7 @@ def test_removing_a_binding_or_unloading_the_mod_aborts_its_running_calls(action
     thread, outcome = call_in_thread(api, "local ok, e = pcall(build, 'tower', 1) "
                                           "return ok, e, build == nil")
     assert slow.started.wait(10)
-    if action == "unregister":
-        registry.unregister("build")
-        why = "the binding was removed"
-    elif action == "close_scope":
-        scope.close()
-        why = "the binding was removed"
-    else:
-        api.close()
-        why = "the mod was unloaded"
+    why = _remove(action, registry, scope, api)
     slow.finish.set()
     thread.join(30)
     ok, message, _ = outcome[0].values
@@ -378,15 +383,7 @@ def test_a_running_call_sees_that_it_was_aborted(action, unpack):
     api = registry.mod("m", Permissions(mode="full"))
     thread, outcome = call_in_thread(api, "local ok, e = pcall(build, 'tower', 1) return ok, e")
     assert watching.started.wait(10)
-    if action == "unregister":
-        registry.unregister("build")
-        why = "the binding was removed"
-    elif action == "close_scope":
-        scope.close()
-        why = "the binding was removed"
-    else:
-        api.close()
-        why = "the mod was unloaded"
+    why = _remove(action, registry, scope, api)
     watching.finish.set()
     thread.join(30)
     (before_cancelled, before_aborted, first_id), (cancelled, aborted, same_id) = watching.seen
