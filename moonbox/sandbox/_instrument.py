@@ -299,8 +299,8 @@ class _Frame:
         self.extra = extra
         self.dom = cur
         self.flag = flag
-        # A while or for body's: [where the body starts, its statements so far, whether
-        # they call anything, whether they hold what keeps the check at the start] (see
+        # A while or for body's: [its check's index, its statements so far, whether they
+        # call anything, whether they hold what keeps the check at the start] (see
         # loop_check).
         self.loop: list[Any] | None = None
 
@@ -350,14 +350,14 @@ def _plan_of(src: str) -> Plan:
         # closure made anew for each run of the loop makes LuaJIT's side trace for the
         # next closure start mid-body, and every iteration then leaves compiled code
         # (docs/metering.md); after the call, the closure's guard is the loop's first.
+        # Made after `do`, it is moved when it goes after the statement: the list of checks
+        # then needs sorting only if a check inside the statement came after it.
         nonlocal unsorted
-        head, statements, called, kept_first = frame.loop  # type: ignore[misc]
-        offset = closer.start if statements == 1 and called and not kept_first else head
-        if offsets and offset < offsets[-1]:
-            unsorted = True
-        offsets.append(offset)
-        bases.append(1)
-        owners.append(frame.dom)
+        index, statements, called, kept_first = frame.loop  # type: ignore[misc]
+        if statements == 1 and called and not kept_first:
+            offsets[index] = closer.start
+            if index != len(offsets) - 1:
+                unsorted = True
         loops.pop()
 
     chunk = _Frame(_CHUNK, 0, flag=True)  # the first statement opens the chunk's segment
@@ -596,9 +596,8 @@ def _plan_of(src: str) -> Plan:
                 # iteration evaluates again.
                 initial = acc[top.extra] if k == _WHILE_HEAD else 0
                 top.kind = _LOOP
-                acc.append(initial)  # its check is placed at its end (see loop_check)
-                top.cur = top.dom = len(acc) - 1
-                top.loop = [tok.end, 0, False, False]
+                top.cur = top.dom = add_check(tok.end, 1, initial)  # see loop_check
+                top.loop = [len(offsets) - 1, 0, False, False]
                 loops.append(top)
                 top.extra = -1
                 top.flag = False
