@@ -71,13 +71,13 @@ end
 local make_host_function  -- (in a block: the prelude's chunk has no room for more locals)
 do
   local function flat_call(id, a, t)
-    local was_active = m_active
-    m_active = false
+    local was_active = M.active
+    M.active = false
     local ok, n = pcall(flat_pairs, t)
-    m_active = was_active
+    M.active = was_active
     if not ok then return fail(n) end
     if n == nil or n == 0 then return finish(dispatch(id, a, t)) end
-    if m_active then charge(n) end
+    if M.active then charge(n) end
     return finish(dispatch(-1 - id, a, n, unpack_(flat, 1, 2 * n)))
   end
 
@@ -95,11 +95,11 @@ do
         cell[0] = c
       end
       local kb = collectgarbage("count")
-      if kb > host_call_max_kb then
-        if m_growth_limited then
-          set_trip("memory", b_alloc_bytes, floor((kb - m_start_kb) * 1024))
+      if kb > M.host_call_max_kb then
+        if M.growth_limited then
+          set_trip("memory", M.alloc_bytes, floor((kb - M.start_kb) * 1024))
         else
-          set_trip("memory", b_max_memory, floor(kb * 1024))
+          set_trip("memory", M.max_memory, floor(kb * 1024))
         end
         raise_trip()
       end
@@ -120,7 +120,7 @@ host.host_failed = HOST_FAILED
 
 -- Checking is host work, bounded by the value limits: the count hook does not meter it.
 local function unmetered(was_active, ok, ...)
-  m_active = was_active
+  M.active = was_active
   if not ok then error((...), 0) end
   return ...
 end
@@ -129,19 +129,19 @@ end
 -- nil, or a message. The mod pays one step per table entry checked, in both metering modes:
 -- a huge argument costs what it weighs, not one step.
 function host.check_argument(value)
-  local was_active = m_active
-  m_active = false
+  local was_active = M.active
+  M.active = false
   local problem, items = unmetered(was_active, pcall(check_export, value, true,
     VALUE_MAX_DEPTH, VALUE_MAX_ITEMS, VALUE_MAX_BYTES, 1))
-  if m_active then charge(items) end
+  if M.active then charge(items) end
   return problem
 end
 
 function host.flat_argument(t)
-  local was_active = m_active
-  m_active = false
+  local was_active = M.active
+  M.active = false
   local n = unmetered(was_active, pcall(flat_pairs, t))
   if n == nil then return nil end
-  if m_active then charge(n) end
+  if M.active then charge(n) end
   return n, unpack_(flat, 1, 2 * n)
 end

@@ -382,7 +382,7 @@ do
   -- Whether the heap has room for two copies of n values (a copy is ~8 bytes a value).
   local function room_for(n)
     local kb = collectgarbage("count") + n * 16 / 1024 + 64
-    return kb < m_alloc_kb and (b_max_memory <= 0 or kb * 1024 < b_max_memory)
+    return kb < M.alloc_kb and (M.max_memory <= 0 or kb * 1024 < M.max_memory)
   end
 
   -- A sort of values with one sorted order (above): blocks of SORT_NATIVE_MAX values

@@ -46,33 +46,50 @@ end
 -- its next check; `slow` puts the flag back to 0 and computes the window from cell[0] alone,
 -- so a stale alarm costs one poll and no step. jit=False runs no checks: its hook reads the
 -- flag to tell the alarm from its own count.
-local cell = ffi.new("int32_t[2]")
+-- The meter's state is one struct (moonbox_meter), the cell its first two fields: the host's
+-- compiled resume (_resume.c, which declares the same struct) sets it up before a resume
+-- and accounts it after, without running any of the prelude's Lua; the prelude's own
+-- resume (begin and settle in runs.lua) does the same work on the same fields. One block
+-- per runtime, where separate upvalues were dozens of objects: at a thousand runtimes a
+-- resume's cost is mostly the memory it touches that the other runtimes pushed out of the
+-- caches. Booleans are C bools, which the FFI reads as Lua booleans. The fields the
+-- interpreted prelude reads on every host call (active, host_call_max_kb) come first: in
+-- the interpreter the FFI finds a field by walking the struct's fields in order.
+ffi.cdef [[
+  typedef struct {
+    int32_t window, poll;
+    bool active, tripped, growth_limited, preempt, hook_pending;
+    double host_call_max_kb, granted, used, total_base, start, deadline, alloc_kb, start_kb,
+      peak_kb, k, last_poll, run_co, heap_block, margin_kb;
+    double steps, wall_s, total_limit, alloc_bytes, max_memory;
+  } moonbox_meter;
+  typedef struct { double total, peak; bool dead; } moonbox_run;
+]]
+local M = ffi.new("moonbox_meter")
+local cell = ffi.cast("int32_t*", M)  -- cell[0]: M.window, cell[1]: M.poll
 local STICKY = -1073741824                -- -2^30: stays negative whatever a check subtracts
 -- K_MAX bounds the time between polls: a step is at most a bounded amount of straight-line
 -- work (the instrumenter weighs big bodies), so 2^17 steps stay within milliseconds.
 local K_MIN, K_MAX = 1, 131072
 local POLL_LOW_S, POLL_HIGH_S = 0.0002, 0.001  -- aim: one poll every 0.2-1 ms
 
-local m_active = false      -- a resume is running
-local m_window = 0          -- steps granted to the cell at the last refill
-local m_used = 0            -- steps accounted in this resume
-local m_total_base = 0      -- steps used by earlier resumes of the run (for total_steps)
-local m_start = 0           -- clock at resume start
-local m_deadline = huge     -- clock value at which the resume runs out of time
-local m_alloc_kb = huge     -- heap (KiB) at which the resume runs out of allocation
-local m_start_kb = 0        -- heap (KiB) when the resume began
-local m_growth_limited = false  -- the allocator's limit this resume is the growth allowance
-local m_peak_kb = 0
-local m_k = 256             -- steps between polls, adapted to the workload
-local m_last_poll = 0
-local m_run_co = nil        -- coroutine of the running run
+-- The fields (M.x), and what they held before any resume:
+--   active: a resume is running; granted: steps granted to the cell at the last refill
+--   used: steps accounted in this resume; total_base: steps used by earlier resumes of the
+--   run (for total_steps); start: clock at resume start; deadline: clock value at which the
+--   resume runs out of time; alloc_kb: heap (KiB) at which it runs out of allocation;
+--   start_kb: heap when it began; growth_limited: the allocator's limit this resume is the
+--   growth allowance; peak_kb; k: steps between polls, adapted to the workload; last_poll;
+--   run_co: the address of the running run's coroutine (0: none); tripped: mirrors the trip
+--   flag below for the compiled resume; heap_block: see ends.call (runs.lua).
+M.deadline, M.alloc_kb, M.k, M.heap_block = huge, huge, 256, -1
 local m_chunks = {}         -- source name -> true, for every mod chunk loaded here
 
--- The budget of every resume, until the host sends another (b_total_limit -1: no cap).
+-- The budget of every resume, until the host sends another (set_budget in runs.lua).
 -- The allocator enforces max_memory and alloc_bytes; the meter checks alloc_bytes too.
-local b_steps, b_wall_s, b_total_limit, b_preempt = 0, 0, -1, false
-local b_alloc_bytes, b_max_memory = 0, 0
-local host_call_max_kb = 0  -- a host call is refused above this heap (see make_host_function)
+-- In M: steps, wall_s, total_limit (-1: no cap), preempt, alloc_bytes, max_memory; and
+-- host_call_max_kb: a host call is refused above this heap (see make_host_function).
+M.total_limit = -1
 
 -- Trip state: sticky until the next resume begins.
 local tripped = false
@@ -96,39 +113,40 @@ end
 local function account()
   local c = cell[0]
   if c > STICKY / 2 then
-    m_used = m_used + (m_window - c)
+    M.used = M.used + (M.granted - c)
   end
-  m_window = c
+  M.granted = c
 end
 
 local function set_trip(kind, limit, used)
   if tripped then return end
   tripped = true
+  M.tripped = true
   t_kind, t_limit, t_used = kind, limit, used
   t_chunk, t_line = mod_frame(2)
 end
 
 local function raise_trip()
   cell[0] = STICKY
-  m_window = STICKY
+  M.granted = STICKY
   error(TRIP_MESSAGE, 0)
 end
 
 local function refill()
-  local w = m_k
-  local left = b_steps - m_used
+  local w = M.k
+  local left = M.steps - M.used
   if left < w then w = left end
-  if b_total_limit >= 0 then
-    local total_left = b_total_limit - m_total_base - m_used
+  if M.total_limit >= 0 then
+    local total_left = M.total_limit - M.total_base - M.used
     if total_left < w then w = total_left end
   end
   if w < 0 then w = 0 end
-  m_window = w
+  M.granted = w
   cell[0] = w
 end
 
 -- jit=False: set when the count hook was armed for single instructions (see hook below).
-local hook_pending = false
+-- (M.hook_pending)
 local restore_hook  -- set with the hook
 
 local function slow()
@@ -137,30 +155,30 @@ local function slow()
   local alarmed = cell[1] ~= 0
   cell[1] = 0
   if tripped then raise_trip() end
-  if hook_pending then restore_hook() end
+  if M.hook_pending then restore_hook() end
   account()
   local t = now()
-  local dt = t - m_last_poll
-  m_last_poll = t
+  local dt = t - M.last_poll
+  M.last_poll = t
   if dt < POLL_LOW_S then
-    if m_k < K_MAX then m_k = m_k * 2 end
-  elseif dt > POLL_HIGH_S and m_k > K_MIN then
-    m_k = floor(m_k / 2)
+    if M.k < K_MAX then M.k = M.k * 2 end
+  elseif dt > POLL_HIGH_S and M.k > K_MIN then
+    M.k = floor(M.k / 2)
   end
   local kb = collectgarbage("count")
-  if kb > m_peak_kb then m_peak_kb = kb end
-  if kb > m_alloc_kb then
-    set_trip("memory", b_alloc_bytes, floor((kb - m_start_kb) * 1024))
+  if kb > M.peak_kb then M.peak_kb = kb end
+  if kb > M.alloc_kb then
+    set_trip("memory", M.alloc_bytes, floor((kb - M.start_kb) * 1024))
     raise_trip()
   end
-  if b_total_limit >= 0 and m_total_base + m_used > b_total_limit then
-    set_trip("steps", b_total_limit, m_total_base + m_used)
+  if M.total_limit >= 0 and M.total_base + M.used > M.total_limit then
+    set_trip("steps", M.total_limit, M.total_base + M.used)
     raise_trip()
   end
-  local over_steps = m_used > b_steps
-  local over_time = t > m_deadline
+  local over_steps = M.used > M.steps
+  local over_time = t > M.deadline
   if over_steps or over_time then
-    if b_preempt and co_running() == m_run_co then
+    if M.preempt and tonumber(s_format("%p", co_running())) == M.run_co then
       -- Yield to the host; the next resume refills the window with a fresh slice.
       if pcall(co_yield, PREEMPT) then return end
     end
@@ -168,9 +186,9 @@ local function slow()
     -- left), the deadline somewhere in the window. The alarm sounds a grace period past
     -- the deadline, so when it asked for this poll the time ran out first.
     if over_steps and not (over_time and (alarmed or cell[1] ~= 0)) then
-      set_trip("steps", b_steps, m_used)
+      set_trip("steps", M.steps, M.used)
     else
-      set_trip("time", b_wall_s, t - m_start)
+      set_trip("time", M.wall_s, t - M.start)
     end
     raise_trip()
   end
@@ -187,7 +205,7 @@ local hook
 -- loop whose length divides the count land in the prelude every time, and never trip:
 -- found by the fuzzer.)
 restore_hook = function()
-  hook_pending = false
+  M.hook_pending = false
   sethook(hook, "", HOOK_INSTRUCTIONS)
 end
 
@@ -195,7 +213,7 @@ local function pending_hook()
   local info = getinfo(2, "S")
   if info and info.source == PRELUDE_SOURCE then return end
   restore_hook()
-  if m_active then slow() end
+  if M.active then slow() end
 end
 
 -- Whether the hook landed in the prelude's own code (the host's work between the mod's
@@ -204,7 +222,7 @@ end
 local function deferred()
   local info = getinfo(3, "S")  -- 1: this function, 2: the hook, 3: the code it landed in
   if not (info and info.source == PRELUDE_SOURCE) then return false end
-  hook_pending = true
+  M.hook_pending = true
   sethook(pending_hook, "", 1)
   return true
 end
@@ -217,14 +235,14 @@ hook = function()
     -- the flag down and the count back. Past the deadline the flag stays up for the
     -- poll to lower: it tells the slow path the alarm asked for it.
     restore_hook()
-    if not (m_active and now() > m_deadline) then cell[1] = 0 return end
+    if not (M.active and now() > M.deadline) then cell[1] = 0 return end
     -- In the prelude's own code its next charge polls too (a charge compares the window
     -- with the flag, as a check does). The window is left as it is: emptying it here, in
     -- the middle of the meter's own accounting, counted a window of steps twice.
     if deferred() then return end
     return slow()
   end
-  if not m_active then return end
+  if not M.active then return end
   local c = cell[0] - HOOK_STEPS
   cell[0] = c
   if c < 0 and not deferred() then slow() end
@@ -236,7 +254,7 @@ if config.jit then
   do
     local watch_left = 0  -- prelude instructions the armed hook still waits through
     local function alarm_hook()
-      if not (m_active and not tripped and now() > m_deadline) then
+      if not (M.active and not tripped and now() > M.deadline) then
         sethook(alarm_hook, "", 0)  -- stale: the resume ended, or it polled in time
         watch_left = 0
         return
@@ -273,8 +291,8 @@ end
 -- and refills or trips.
 local function overdrawn(c)
   if cell[0] > STICKY / 2 then  -- once tripped, slow raises again
-    m_used = m_used + (m_window - c)
-    m_window = 0
+    M.used = M.used + (M.granted - c)
+    M.granted = 0
     cell[0] = 0
   end
   slow()
@@ -306,8 +324,8 @@ end
 -- An allocation failed: the limit it hit, and what was used against it.
 local function memory_trip_figures()
   local kb = collectgarbage("count")
-  if m_growth_limited then return b_alloc_bytes, floor((kb - m_start_kb) * 1024) end
-  return b_max_memory, floor(kb * 1024)
+  if M.growth_limited then return M.alloc_bytes, floor((kb - M.start_kb) * 1024) end
+  return M.max_memory, floor(kb * 1024)
 end
 
 -------------------------------------------------------------------------------------------
@@ -316,9 +334,9 @@ end
 -- Called by the host when a host function returns past the resume's deadline: the next
 -- check polls the clock and trips.
 function host.expire()
-  if m_active and not tripped and cell[0] > 0 then
+  if M.active and not tripped and cell[0] > 0 then
     account()
-    m_window = 0
+    M.granted = 0
     cell[0] = 0
   end
 end
@@ -326,7 +344,7 @@ end
 -- Called by the host after host work that does not count against the resume's time (an
 -- approval a person answers): the deadline moves by the time that work took.
 function host.extend(seconds)
-  if m_active then m_deadline = m_deadline + seconds end
+  if M.active then M.deadline = M.deadline + seconds end
 end
 
 host.clock = CLOCK

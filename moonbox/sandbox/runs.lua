@@ -38,12 +38,26 @@ function host.start(fn)
   next_run = next_run + 1
   local co = co_create(fn)
   host_cos[co] = true
-  runs[next_run] = { co = co, main = main_of[fn] or fn, total = 0, peak = 0 }
+  -- The run's figures live in a struct, which the host's compiled resume reads and sets
+  -- too (see host.run_addresses).
+  runs[next_run] = {
+    co = co, main = main_of[fn] or fn, s = ffi.new("moonbox_run"),
+    addr = tonumber(s_format("%p", co)),
+  }
   return next_run
 end
 
 function host.close(id)
   runs[id] = nil
+end
+
+-- For the host's compiled resume of run `id` (_resume.c): the address of its coroutine
+-- and of its figures. Both live as long as the run is open: the host drops them before
+-- host.close.
+function host.run_addresses(id)
+  local run = runs[id]
+  if not run or run.s.dead then return nil end
+  return run.addr, tonumber(ffi.cast("intptr_t", ffi.cast("void *", run.s)))
 end
 
 -- Functions the host holds handles to, by key. The host never keeps a Lua object of its
@@ -145,51 +159,52 @@ local YIELDED, DONE, PREEMPTED, BUDGET, FAILED, BAD_VALUE, CLOSED = 1, 2, 3, 4, 
 -- a clock read through the FFI costs ~0.8 us in the interpreter, where a runtime resumed
 -- once per tick (an engine mod's) runs this code.
 local function settle(run, ok, kb)
-  m_active = false
-  if not ok then run.dead = true end  -- a coroutine that raised is dead
+  M.active = false
+  if not ok then run.s.dead = true end  -- a coroutine that raised is dead
   account()
-  m_run_co = nil
-  if kb > m_peak_kb then m_peak_kb = kb end
-  if m_used < 0 then m_used = 0 end
-  run.total = run.total + m_used
-  return ok and not tripped and kb <= m_alloc_kb
+  M.run_co = 0
+  if kb > M.peak_kb then M.peak_kb = kb end
+  if M.used < 0 then M.used = 0 end
+  run.s.total = run.s.total + M.used
+  return ok and not tripped and kb <= M.alloc_kb
 end
 
 function host.set_budget(steps, wall_s, total_limit, preempt, alloc_bytes, max_memory)
-  b_steps, b_wall_s, b_total_limit, b_preempt = steps, wall_s, total_limit, preempt
-  b_alloc_bytes, b_max_memory = alloc_bytes, max_memory
-  host_call_max_kb = max_memory / 1024 - HOST_CALL_MARGIN_KB
+  M.steps, M.wall_s, M.total_limit, M.preempt = steps, wall_s, total_limit, preempt
+  M.alloc_bytes, M.max_memory = alloc_bytes, max_memory
+  M.host_call_max_kb = max_memory / 1024 - HOST_CALL_MARGIN_KB
 end
 
 -- Sets the meter up for a resume of `run` that starts at `start`, with the heap at `kb`.
 local function begin(run, start, growth_limited, kb)
   if tripped then
     tripped = false
+    M.tripped = false
     t_kind, t_chunk, t_line = nil, nil, nil
   end
   c_depth = 0
-  m_used = 0
-  m_total_base = run.total
-  m_run_co = run.co
-  m_peak_kb = kb
-  m_start_kb = kb
-  m_alloc_kb = kb + b_alloc_bytes / 1024
-  m_growth_limited = growth_limited
+  M.used = 0
+  M.total_base = run.s.total
+  M.run_co = run.addr
+  M.peak_kb = kb
+  M.start_kb = kb
+  M.alloc_kb = kb + M.alloc_bytes / 1024
+  M.growth_limited = growth_limited
   -- A host call is refused within the margin of the limit the allocator holds this resume
   -- to: the growth allowance when it is the tighter one, else the heap cap.
   if growth_limited then
-    host_call_max_kb = m_alloc_kb - HOST_CALL_MARGIN_KB
+    M.host_call_max_kb = M.alloc_kb - HOST_CALL_MARGIN_KB
   else
-    host_call_max_kb = b_max_memory / 1024 - HOST_CALL_MARGIN_KB
+    M.host_call_max_kb = M.max_memory / 1024 - HOST_CALL_MARGIN_KB
   end
-  m_start = start
-  m_last_poll = start
-  m_deadline = start + b_wall_s
-  if m_k > 4096 then m_k = 4096 end
+  M.start = start
+  M.last_poll = start
+  M.deadline = start + M.wall_s
+  if M.k > 4096 then M.k = 4096 end
   refill()
   cell[1] = 0  -- a poll the alarm asked of the resume before
-  if hook_pending then restore_hook() end  -- a resume that ended inside the prelude
-  m_active = true
+  if M.hook_pending then restore_hook() end  -- a resume that ended inside the prelude
+  M.active = true
 end
 
 -- The ends of a resume, fields of one table: the prelude's one chunk is at Lua's limit
@@ -199,20 +214,22 @@ do
   -- Every end of a resume but a yield of nothing: done, values, an error or a trip, as the
   -- status first, the two figures, then the values or the error info. `plain` is what
   -- settle answered.
-  function ends.other(run, ok, kb, plain, ...)
-    local stats_steps, stats_peak = m_used, m_peak_kb * 1024
+  local function other(run, ok, kb, plain, ...)
+    local stats_steps, stats_peak = M.used, M.peak_kb * 1024
     if plain and select("#", ...) == 0 then
-      run.dead = true  -- it returned: a yield of nothing is answered before this
+      run.s.dead = true  -- it returned: a yield of nothing is answered before this
       return DONE, stats_steps, stats_peak
     end
     if not ok and not tripped and is_memory_error((...)) then
       tripped = true
+      M.tripped = true
       t_kind, t_limit, t_used = "memory", memory_trip_figures()
       t_chunk, t_line = nil, nil
-    elseif not tripped and kb > m_alloc_kb then
+    elseif not tripped and kb > M.alloc_kb then
       -- Grew past the allowance between polls and finished before the next one.
       tripped = true
-      t_kind, t_limit, t_used = "memory", b_alloc_bytes, floor((kb - m_start_kb) * 1024)
+      M.tripped = true
+      t_kind, t_limit, t_used = "memory", M.alloc_bytes, floor((kb - M.start_kb) * 1024)
       t_chunk, t_line = nil, nil
     end
     if tripped then
@@ -238,11 +255,29 @@ do
     local status = YIELDED
     if co_status(run.co) == "dead" then
       status = DONE
-      run.dead = true
+      run.s.dead = true
     end
     local problem = check_values(...)
     if problem then return BAD_VALUE, stats_steps, stats_peak, problem, status end
     return status, stats_steps, stats_peak, ...
+  end
+
+  -- Every end but a plain yield, answered: the trip that ended it (if any) is over once
+  -- its figures are taken, and so is the C depth of what unwound. Reset here, not only
+  -- when the next resume begins: a resume the host's compiled path begins (_resume.c)
+  -- cannot reach these upvalues, and starts from what this left.
+  local function clean(...)
+    if tripped then
+      tripped = false
+      M.tripped = false
+      t_kind, t_chunk, t_line = nil, nil, nil
+    end
+    c_depth = 0
+    return ...
+  end
+
+  function ends.other(run, ok, kb, plain, ...)
+    return clean(other(run, ok, kb, plain, ...))
   end
 
   function ends.resume(run, ok, ...)
@@ -251,7 +286,7 @@ do
     -- Most resumes: nothing yielded or returned. A yield of nothing answers with the two
     -- figures alone (no status first).
     if plain and select("#", ...) == 0 and co_status(run.co) == "suspended" then
-      return m_used, m_peak_kb * 1024
+      return M.used, M.peak_kb * 1024
     end
     return ends.other(run, ok, kb, plain, ...)
   end
@@ -261,18 +296,18 @@ do
   -- 64 KiB than at the runtime's last call: then FIGURES, the steps, the peak and the heap
   -- (bytes). The host sets the allocator's limit for the next call from the heap.
   ends.FIGURES = 0  -- (a field: the prelude's chunk has no room for another local)
-  ends.heap_block = -1
   function ends.call(run, ok, ...)
     local kb = collectgarbage("count")
     local plain = settle(run, ok, kb)
     if plain and select("#", ...) == 0 and co_status(run.co) == "suspended" then
-      local peak, block = m_peak_kb * 1024, floor(kb / 64)
-      if peak > run.peak or block ~= ends.heap_block then
-        if peak > run.peak then run.peak = peak end
-        ends.heap_block = block
-        return ends.FIGURES, m_used, run.peak, kb * 1024
+      local peak, block = M.peak_kb * 1024, floor(kb / 64)
+      local rs = run.s
+      if peak > rs.peak or block ~= M.heap_block then
+        if peak > rs.peak then rs.peak = peak end
+        M.heap_block = block
+        return ends.FIGURES, M.used, rs.peak, kb * 1024
       end
-      return m_used
+      return M.used
     end
     return ends.other(run, ok, kb, plain, ...)
   end
@@ -283,7 +318,7 @@ do
   -- values, the commonest end, returns the two figures alone, without the status.
   function host.resume(id, start, growth_limited, ...)
     local run = runs[id]
-    if not run or run.dead then return CLOSED end
+    if not run or run.s.dead then return CLOSED end
     begin(run, start, growth_limited, collectgarbage("count"))
     return ends.resume(run, co_resume(run.co, ...))
   end
@@ -295,11 +330,39 @@ do
   -- block it is in.
   function host.call(id, start, growth_limited, fresh, ...)
     local run = runs[id]
-    if not run or run.dead then return false end
-    if fresh then ends.heap_block = -1 end
+    if not run or run.s.dead then return false end
+    if fresh then M.heap_block = -1 end
     begin(run, start, growth_limited, collectgarbage("count"))
     return ends.call(run, co_resume(run.co, ...))
   end
+
+  -- The host's compiled resume (_resume.c) does what host.call does, begin and settle on
+  -- the meter's struct, and answers a plain yield itself; every other end it hands here,
+  -- settled, with what the coroutine answered (`ok`: it did not raise), and the host takes
+  -- the answer host.call would have given with host.take_end, converted as any answer.
+  local taken_n, taken = 0, {}
+  function host.call_end(id, ok, kb, plain, ...)
+    local function keep(...)
+      taken_n = select("#", ...)
+      taken = { ... }
+    end
+    keep(ends.other(runs[id], ok, kb, plain, ...))
+  end
+
+  function host.take_end()
+    local t, n = taken, taken_n
+    taken, taken_n = {}, 0
+    return unpack_(t, 1, n)
+  end
+
+  -- What the compiled resume binds to: the meter's struct, and a coroutine never resumed,
+  -- the thread it calls host.call_end on (its address, as %p shows it), which it finds in
+  -- the registry (no mod reaches the registry: environments have no debug library).
+  host.meter_address = tonumber(ffi.cast("intptr_t", cell))  -- cell points at M
+  host.call_end_holder = co_create(function() end)
+  host.call_end_address = s_format("%p", host.call_end_holder)
+  debug.getregistry()["moonbox.call_end"] = host.call_end
+  M.margin_kb = HOST_CALL_MARGIN_KB
 end
 
 -------------------------------------------------------------------------------------------

@@ -90,11 +90,11 @@ end
 -- as for the check itself, and a hook armed for every instruction (meter.lua) is put back
 -- to its count while this runs.
 function host.pairs_of(t)
-  local was_active, was_pending = m_active, hook_pending
-  m_active = false
+  local was_active, was_pending = M.active, M.hook_pending
+  M.active = false
   if was_pending then sethook(hook, "", HOOK_INSTRUCTIONS) end
   local ok, out, i = pcall(pairs_array, t)
-  m_active = was_active
+  M.active = was_active
   if was_pending then sethook(pending_hook, "", 1) end
   if not ok then error(out, 0) end
   if i <= PAIRS_SLICE then return i, unpack_(out, 1, i) end

@@ -162,7 +162,10 @@ def test_the_heap_maps_no_more_than_its_cap_however_fragmented():
     with Sandbox(budget) as sb:
         assert uses_compiled_heap(sb._rt)
         out = sb.run(FRAGMENTING, "=fragment")
-        assert out.status == "done", out
+        # Its peak (10-16 MiB) depends on where the collector's cycles fall, which moves
+        # with anything else the runtime allocates: it may fit or meet the cap, and either
+        # way the heap has mapped segments up to it.
+        assert out.status == "done" or out.error.budget == "memory", out
         # 16 MiB of cap, lupa's own base and the host's headroom: whole segments of 1 MiB.
         cap = (16 << 20) + _runtime.HOST_HEADROOM_BYTES + (1 << 20)
         assert (_heap.segments() - before) << 20 <= cap + (2 << 20)
