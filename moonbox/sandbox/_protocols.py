@@ -26,6 +26,8 @@ class RunState(Protocol):
     _id: int
     _open: bool
     _denials: Any
+    _c_co: int
+    _c_run: int
 
     def _add_report(self, text: str) -> None: ...
 
@@ -60,6 +62,9 @@ class SandboxState(Protocol):
     _call_limit: int
     _call_growth_limited: bool
     _call_fresh: bool
+    _resumer: Any
+    _h_take_end: Any
+    _h_run_addresses: Any
     _h_extend: Any
     _h_expire: Any
     _h_close: Any

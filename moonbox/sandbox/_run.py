@@ -12,6 +12,7 @@ from ._lua import lua
 from ._marshal import to_lua
 from ._outcome import DONE, FIGURES, FINISHED, PREEMPTED, YIELDED, Outcome, Stats, Status
 from ._protocols import SandboxState
+from ._runtime import resume_call
 from ._script_errors import ended_outcome
 from ._values import MAX_EXACT_INT, MIN_EXACT_INT, all_scalar, resume_values
 from ._watchdog import Stall, stall_margin_s
@@ -85,6 +86,9 @@ class ReportsOfARun:
             self._chars += len(line)
 # At most this many arguments of a resume cross without conversion.
 _FAST_ARGS = 8
+# The compiled resume's call (see _resume.c), or None.
+_c_call = resume_call()
+
 # What a resume ended in when it ended plainly (not in a trip or an error of its own).
 _PLAIN_ENDS = frozenset({YIELDED, DONE, PREEMPTED})
 
@@ -108,7 +112,7 @@ class Run(ReportLines):
     # Slots: attribute access on the resume path is measurably cheaper.
     __slots__ = (
         "sandbox", "chunk", "_id", "_generation", "status", "_steps", "peak_bytes", "_wall_s",
-        "resumes", "_denials", "_open", "ended_at",
+        "resumes", "_denials", "_open", "ended_at", "_c_co", "_c_run",
     )
 
     def __init__(self, sandbox: SandboxState, chunk: Chunk, run_id: int) -> None:
@@ -125,6 +129,9 @@ class Run(ReportLines):
         self._denials: set[str] = set()
         self._open = True  # False once finished, closed, or its runtime is gone
         self.ended_at = 0.0  # the sandbox's clock when the last call ended (see call)
+        # The addresses of its coroutine and figures for the compiled resume (0: none yet,
+        # or none at all); valid while the run is open (the sandbox drops them first).
+        self._c_co = self._c_run = 0
 
     @property
     def finished(self) -> bool:
@@ -271,7 +278,17 @@ class Run(ReportLines):
         sb._deadline = start + sb._wall_s_limit
         sb._running = self  # after the deadline: the alarm reads them in this order
         try:
-            res = sb._h_call(self._id, start, sb._call_growth_limited, sb._call_fresh, *args)
+            if self._c_co:
+                res = _c_call(sb._resumer, self._c_co, self._c_run, self._id, start,
+                              sb._call_growth_limited, sb._call_fresh, *args)
+                if res is None:  # an end other than a plain yield: the prelude answered it
+                    res = sb._h_take_end()
+                elif res is NotImplemented:  # what only the prelude's way sets up
+                    res = sb._h_call(self._id, start, sb._call_growth_limited, sb._call_fresh,
+                                     *args)
+            else:
+                res = sb._h_call(self._id, start, sb._call_growth_limited, sb._call_fresh,
+                                 *args)
         except lua.LuaMemoryError:
             res = None
         except lua.LuaError as exc:
@@ -301,6 +318,10 @@ class Run(ReportLines):
             return self._called(self.resume(*args))
         if self.status == "new":
             self.status = "yielded"  # what it stays while calls end in plain yields
+        if not self._c_co and sb._resumer is not None:
+            addresses = sb._h_run_addresses(self._id)
+            if addresses is not None:
+                self._c_co, self._c_run = addresses
         return self.call(start, *args)
 
     def _call_ended(self, res: Any, wall: float) -> int | Outcome:
@@ -473,6 +494,7 @@ class Run(ReportLines):
                 "cannot interrupt) past the margin, so its runtime was abandoned")
             self.status = "budget"
             self._open = False
+            self._c_co = self._c_run = 0
             sb._abandon()
         else:
             error.message += (

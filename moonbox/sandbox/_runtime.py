@@ -140,6 +140,39 @@ def _install_heap(rt: Any) -> bool:
         return False
 
 
+# The compiled resume (see _resume.c), unless it was not built or RESUME_ENV says "lua".
+RESUME_ENV = "MOONBOX_SANDBOX_RESUME"
+_resume: Any = None
+if os.environ.get(RESUME_ENV) != "lua":
+    try:
+        from ._resume import bind as _resume_bind
+        from ._resume import call as _resume_call
+    except ImportError:  # no C compiler where moonbox was installed: the prelude's resume
+        pass
+    else:
+        _resume = (_resume_bind, _resume_call)
+
+
+def bind_resume(host: Any) -> Any:
+    """The compiled resume of a runtime just opened (its prelude's host table), or None
+    where there is none: every call then takes the prelude's host.call."""
+    if _resume is None:
+        return None
+    holder = int(host[b"call_end_address"].rpartition(b"0x")[2], 16)
+    return _resume[0](lua.__file__, holder, int(host[b"meter_address"]), lua.LuaMemoryError,
+                        lua.LuaError)
+
+
+def compiled_resume() -> bool:
+    """Whether runs are resumed through the compiled resume (see ``_resume.c``)."""
+    return _resume is not None
+
+
+def resume_call() -> Any:
+    """The compiled resume's call (``_resume.call``), or None."""
+    return None if _resume is None else _resume[1]
+
+
 def uses_compiled_heap(rt: Any) -> bool:
     """Whether the runtime allocates through the compiled allocator."""
     if _heap is None:

@@ -30,7 +30,7 @@ from ._run import MAX_REPORT_CHARS as MAX_REPORT_CHARS
 from ._run import MAX_REPORTS as MAX_REPORTS
 from ._run import MAX_REPORTS_TOTAL_CHARS as MAX_REPORTS_TOTAL_CHARS
 from ._run import Chunk, Run
-from ._runtime import ENV_SPEC, HOST_HEADROOM_BYTES, PAIRS_SLICE, open_runtime
+from ._runtime import ENV_SPEC, HOST_HEADROOM_BYTES, PAIRS_SLICE, bind_resume, open_runtime
 from ._runtime import MAX_MESSAGE_BYTES as MAX_MESSAGE_BYTES
 from ._script_errors import POSITION
 from ._tokenizer import LuaTokenError
@@ -90,7 +90,7 @@ class Sandbox:
         "_not_enough_memory", "_poll_name", "_rt", "_running", "_runs", "_slow_name", "_start",
         "_wall_s_limit", "budget", "deterministic", "jit", "preempt", "replacements", "seed",
         "value_limits", "__weakref__", "_watchdog", "_margin_s", "_margin_now", "_late_s",
-        "abandoned",
+        "abandoned", "_resumer", "_h_take_end", "_h_run_addresses",
     )
 
     def __init__(
@@ -172,6 +172,12 @@ class Sandbox:
         self._h_close = host[b"close"]
         self._h_resume = host[b"resume"]
         self._h_call = host[b"call"]
+        # The compiled resume of Run.call (or None), and the prelude's side of it.
+        if getattr(self, "_resumer", None) is not None:
+            self._resumer.close()  # the runtime it was bound to is replaced
+        self._resumer = bind_resume(host)
+        self._h_take_end = host[b"take_end"]
+        self._h_run_addresses = host[b"run_addresses"]
         # The allocator's limit Run.call set last (-1: none yet, or another path changed it
         # since), and whether it is the growth allowance (see _limit_calls).
         self._call_limit = -1
@@ -228,7 +234,11 @@ class Sandbox:
         for run in list(self._runs.values()):
             run.status = "error" if not run.finished else run.status
             run._open = False
+            run._c_co = run._c_run = 0
         self._runs.clear()
+        if self._resumer is not None:
+            self._resumer.close()
+            self._resumer = None
         # Drop every handle into the runtime so lupa can free it now.
         for name in self.__slots__:
             if name.startswith("_h_"):
@@ -252,6 +262,7 @@ class Sandbox:
             if not run.finished:
                 run.status = "error"
             run._open = False
+            run._c_co = run._c_run = 0
         self._runs.clear()
         self._open_runtime()
         self.replacements += 1
@@ -483,6 +494,7 @@ class Sandbox:
 
     def _close_run(self, run: Run) -> None:
         run._open = False
+        run._c_co = run._c_run = 0  # before the run's coroutine and figures may be freed
         if self._runs.pop(run._id, None) is not None and run._generation == self._generation:
             self._h_close(run._id)
 

@@ -96,6 +96,7 @@ def after_memory_trip(sb: SandboxState, run: RunState) -> None:
     sb._runs.pop(run._id, None)
     run.status = "budget"
     run._open = False
+    run._c_co = run._c_run = 0  # before its coroutine and figures may be freed
     sb._h_close(run._id)
     sb._rt.gccollect()
     if sb._rt.get_memory_used(total=True) > sb.budget.max_memory * _REPLACE_ABOVE:
