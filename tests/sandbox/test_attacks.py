@@ -625,6 +625,26 @@ LOOP_SHAPES = {
         "local function mk(k) return function(x) return x + k end end "
         "while true do local n = 0 for i = 1, math.huge do n = mk(i)(n) end end"
     ),
+    # A function that begins with `if ... then return ... end` holds its entry check after
+    # that statement: the calls that return there pass no check, every other call does.
+    "recursion_past_a_base_case": (
+        "local function f(n) if n < 0 then return 0 end return f(n + 1) end return f(1)"
+    ),
+    "wide_recursion_through_base_cases": (
+        "local function fib(n) if n < 2 then return n end return fib(n - 1) + fib(n - 2) end "
+        "return fib(200)"
+    ),
+    "recursion_past_two_base_cases": (
+        "local function f(m, n) if m < 0 then return 0 end if n < 0 then return 1 end "
+        "return 1 + f(m + 1, n) end while true do pcall(f, 0, 0) end"
+    ),
+    "loop_of_calls_returning_at_a_base_case": (
+        "local function f(n) if n then return n end return f(n) end while true do f(1) end"
+    ),
+    "base_case_comparing_long_strings": (
+        "local s = string.rep('x', 2^20) local t = s .. 'y' "
+        "local function f(a) if s < a then return 1 end return f(t) end while true do f(t) end"
+    ),
     "gsub_callbacks_forever": (
         "local s = string.rep('a', 1000) while true do s = s:gsub('a', function(c) return c end) end"
     ),
