@@ -698,8 +698,12 @@ def test_a_long_hot_loop_inside_pcall_still_trips_and_stays_tripped(jit):
         "local function f() return (f()) end return f()",
         "local t t = setmetatable({}, {__index = function(_, k) return t[k] .. '' end}) return t.x",
         "local function f() pcall(f) end f() return 'survived'",
+        # through a leading `if ... then return ... end`, which holds no check
+        "local mt = {} mt.__lt = function(a, b) if a < b then return true end return rawequal(a, b) end "
+        "local x = setmetatable({}, mt) return x < x",
     ],
-    ids=["plus", "table_constructor", "parenthesised", "index_metamethod", "pcall_recursion"],
+    ids=["plus", "table_constructor", "parenthesised", "index_metamethod", "pcall_recursion",
+         "base_case_condition"],
 )
 def test_non_tail_deep_recursion_ends_cleanly(jit, source):
     out = run(jit, source, Budget(steps=10**9, wall_s=10))
@@ -707,6 +711,29 @@ def test_non_tail_deep_recursion_ends_cleanly(jit, source):
     if out.status == "error":
         assert out.error.kind == "runtime"
         assert "overflow" in out.error.message or "too deeply" in out.error.message
+
+
+# A metamethod whose leading `if ... then return ... end` triggers it again recurses without
+# passing a check, until the Lua stack overflows (~8,000 frames here): all of it within one
+# step of the loop around it, which stops it on steps (at fewer steps per second than most
+# code) and on time.
+METAMETHOD_CHAIN = (
+    "local mt = {} mt.__lt = function(a, b) if a < b then return true end return rawequal(a, b) end "
+    "local x = setmetatable({}, mt) while true do pcall(function() return x < x end) end"
+)
+
+
+@both_modes
+def test_a_metamethod_chain_through_leading_returns_trips_the_steps_budget(jit):
+    out = run(jit, METAMETHOD_CHAIN, Budget(steps=5_000, wall_s=30))
+    assert_budget(out, "steps")
+    assert out.error.limit == 5_000
+
+
+@both_modes
+def test_a_metamethod_chain_through_leading_returns_trips_the_time_budget(jit):
+    out, elapsed = timed_run(jit, METAMETHOD_CHAIN)
+    assert_time_trip(out, elapsed)
 
 
 # Was open: a library call was one step whatever it cost, so after a cheap hot loop had
