@@ -571,6 +571,11 @@ STACK_OVERFLOWS = {
         "local function f(n)\n  local x = n + 1\n  return f(x) + 1\nend\nreturn f(1)",
         2,
     ),
+    "leading_return": (
+        "local function f(n)\n  if n < 0 then return 0 end\n  return f(n + 1) + 1\nend\n"
+        "return f(1)",
+        2,
+    ),
     "multiline_header": ("local function f(\n  n\n)\n\n  return 1 + f(n)\nend\nreturn f(1)", 5),
     "metamethod": (
         "local t = setmetatable({}, {__index = function(t, k)\n  return t[k + 1]\nend})\n"
