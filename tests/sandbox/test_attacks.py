@@ -625,6 +625,26 @@ LOOP_SHAPES = {
         "local function mk(k) return function(x) return x + k end end "
         "while true do local n = 0 for i = 1, math.huge do n = mk(i)(n) end end"
     ),
+    # A function that begins with `if ... then return ... end` holds its entry check after
+    # that statement: the calls that return there pass no check, every other call does.
+    "recursion_past_a_base_case": (
+        "local function f(n) if n < 0 then return 0 end return f(n + 1) end return f(1)"
+    ),
+    "wide_recursion_through_base_cases": (
+        "local function fib(n) if n < 2 then return n end return fib(n - 1) + fib(n - 2) end "
+        "return fib(200)"
+    ),
+    "recursion_past_two_base_cases": (
+        "local function f(m, n) if m < 0 then return 0 end if n < 0 then return 1 end "
+        "return 1 + f(m + 1, n) end while true do pcall(f, 0, 0) end"
+    ),
+    "loop_of_calls_returning_at_a_base_case": (
+        "local function f(n) if n then return n end return f(n) end while true do f(1) end"
+    ),
+    "base_case_comparing_long_strings": (
+        "local s = string.rep('x', 2^20) local t = s .. 'y' "
+        "local function f(a) if s < a then return 1 end return f(t) end while true do f(t) end"
+    ),
     "gsub_callbacks_forever": (
         "local s = string.rep('a', 1000) while true do s = s:gsub('a', function(c) return c end) end"
     ),
@@ -678,8 +698,12 @@ def test_a_long_hot_loop_inside_pcall_still_trips_and_stays_tripped(jit):
         "local function f() return (f()) end return f()",
         "local t t = setmetatable({}, {__index = function(_, k) return t[k] .. '' end}) return t.x",
         "local function f() pcall(f) end f() return 'survived'",
+        # through a leading `if ... then return ... end`, which holds no check
+        "local mt = {} mt.__lt = function(a, b) if a < b then return true end return rawequal(a, b) end "
+        "local x = setmetatable({}, mt) return x < x",
     ],
-    ids=["plus", "table_constructor", "parenthesised", "index_metamethod", "pcall_recursion"],
+    ids=["plus", "table_constructor", "parenthesised", "index_metamethod", "pcall_recursion",
+         "base_case_condition"],
 )
 def test_non_tail_deep_recursion_ends_cleanly(jit, source):
     out = run(jit, source, Budget(steps=10**9, wall_s=10))
@@ -687,6 +711,29 @@ def test_non_tail_deep_recursion_ends_cleanly(jit, source):
     if out.status == "error":
         assert out.error.kind == "runtime"
         assert "overflow" in out.error.message or "too deeply" in out.error.message
+
+
+# A metamethod whose leading `if ... then return ... end` triggers it again recurses without
+# passing a check, until the Lua stack overflows (~8,000 frames here): all of it within one
+# step of the loop around it, which stops it on steps (at fewer steps per second than most
+# code) and on time.
+METAMETHOD_CHAIN = (
+    "local mt = {} mt.__lt = function(a, b) if a < b then return true end return rawequal(a, b) end "
+    "local x = setmetatable({}, mt) while true do pcall(function() return x < x end) end"
+)
+
+
+@both_modes
+def test_a_metamethod_chain_through_leading_returns_trips_the_steps_budget(jit):
+    out = run(jit, METAMETHOD_CHAIN, Budget(steps=5_000, wall_s=30))
+    assert_budget(out, "steps")
+    assert out.error.limit == 5_000
+
+
+@both_modes
+def test_a_metamethod_chain_through_leading_returns_trips_the_time_budget(jit):
+    out, elapsed = timed_run(jit, METAMETHOD_CHAIN)
+    assert_time_trip(out, elapsed)
 
 
 # Was open: a library call was one step whatever it cost, so after a cheap hot loop had

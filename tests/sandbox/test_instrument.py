@@ -451,6 +451,10 @@ def test_check_count(src: str, checks: int) -> None:
         ("local i = 0 ::top:: i = i + 1 if i < 100 then goto top end", 99),
         ("for k, v in ipairs({1, 2, 3, 4, 5}) do end", 5),
         ("local function f(n) if n > 0 then return f(n - 1) end end f(49)", 50),
+        # the call that returns at a leading `if ... then return ... end` passes no check
+        ("local function f(n) if n == 0 then return 0 end return f(n - 1) end f(49)", 49),
+        ("local function f(n) if n == 0 then return 0 end return 1 + f(n - 1) + f(0) end\n"
+         "f(49)", 49),
         ("local function f(x) return x + 1 end for i = 1, 10 do f(i) end", 20),  # call-free
         ("local t = setmetatable({}, {__index = function(t, k) return k end})\n"
          "for i = 1, 10 do local _ = t[i] end", 20),
@@ -565,6 +569,11 @@ STACK_OVERFLOWS = {
     "body_on_next_line": ("local function f(n)\n  return f(n + 1) + 1\nend\nreturn f(1)", 2),
     "local_first": (
         "local function f(n)\n  local x = n + 1\n  return f(x) + 1\nend\nreturn f(1)",
+        2,
+    ),
+    "leading_return": (
+        "local function f(n)\n  if n < 0 then return 0 end\n  return f(n + 1) + 1\nend\n"
+        "return f(1)",
         2,
     ),
     "multiline_header": ("local function f(\n  n\n)\n\n  return 1 + f(n)\nend\nreturn f(1)", 5),
@@ -949,6 +958,68 @@ def test_where_a_loop_check_goes(src: str, placed: str) -> None:
 )
 def test_only_a_function_that_calls_nothing_enters_without_a_test(src: str, kinds: list[str]) -> None:
     assert _entries(src) == kinds
+
+
+@pytest.mark.parametrize(
+    ("src", "placed"),
+    [
+        # a leading `if ... then return ... end` that calls nothing: the check after it
+        ("local function f(n) if n < 2 then return n end return f(n - 1) end",
+         "local function f(n) if n < 2 then return n end@ return f(n - 1) end"),
+        ("local function f(n) if n < 2 then return end return f(n - 1) end",
+         "local function f(n) if n < 2 then return end@ return f(n - 1) end"),
+        ("local function f(n) if n < 2 then return n; end return f(n - 1) end",
+         "local function f(n) if n < 2 then return n; end@ return f(n - 1) end"),
+        ("local function f(t) if t.n then return {t[1]}, (t) end return f(t) end",
+         "local function f(t) if t.n then return {t[1]}, (t) end@ return f(t) end"),
+        ("local function f(m, n) if m == 0 then return n end if n == 0 then return m end "
+         "return f(m - 1, n) end",
+         "local function f(m, n) if m == 0 then return n end if n == 0 then return m end@ "
+         "return f(m - 1, n) end"),
+        # one that calls, makes a function, has another branch or more statements: before it
+        ("local function f(m, n) if m == 0 then return n end if n == 0 then return f(m) end "
+         "return f(m - 1, n) end",
+         "local function f(m, n) if m == 0 then return n end@ if n == 0 then return f(m) end "
+         "return f(m - 1, n) end"),
+        ("local function f(n) if g(n) then return n end return f(n) end",
+         "local function f(n) @if g(n) then return n end return f(n) end"),
+        ("local function f(n) if n then return g 's' end return f(n) end",
+         "local function f(n) @if n then return g 's' end return f(n) end"),
+        ("local function f(n) if n then return function() end end return f(n) end",
+         "local function f(n) @if n then return function() ~end end return f(n) end"),
+        ("local function f(n) if n then return 1 else return 2 end return f(n) end",
+         "local function f(n) @if n then return 1 else return 2 end return f(n) end"),
+        ("local function f(n) if n then return 1 elseif n then return 2 end return f(n) end",
+         "local function f(n) @if n then return 1 elseif n then return 2 end return f(n) end"),
+        ("local function f(n) if n then x = 1 return 1 end return f(n) end",
+         "local function f(n) @if n then x = 1 return 1 end return f(n) end"),
+        ("local function f(n) if n then if n then return 1 end end return f(n) end",
+         "local function f(n) @if n then if n then return 1 end end return f(n) end"),
+        ("local function f(n) if n then goto e end return f(n) ::e:: end",
+         "local function f(n) @if n then @goto e end return f(n) ::e:: end"),
+        ("local function f(n) local m = n if m then return m end return f(m) end",
+         "local function f(n) @local m = n if m then return m end return f(m) end"),
+        ("local function f(n) if n then return n end g() end",
+         "local function f(n) if n then return n end@ g() end"),
+        # a function that calls nothing: its charge stays at its entry
+        ("local function f(n) if n then return n end return -n end",
+         "local function f(n) ~if n then return n end return -n end"),
+    ],
+)  # fmt: skip
+def test_where_an_entry_check_goes(src: str, placed: str) -> None:
+    assert _placed(src) == placed
+
+
+def test_a_long_leading_return_keeps_the_check_before_it() -> None:
+    """The code before an entry's check is at most TOKENS_PER_STEP tokens: a call that
+    returns there is a bounded part of its caller's step."""
+    def src(terms: int) -> str:
+        value = " + ".join(["n"] * terms)
+        return f"local function f(n) if n then return {value} end return f(n) end"
+
+    fits = (TOKENS_PER_STEP - 6) // 2  # `if n then return` and `end` are 5 tokens, `n +` 2
+    assert _placed(src(fits)).startswith("local function f(n) if")
+    assert _placed(src(fits + 2)).startswith("local function f(n) @if")
 
 
 def test_a_check_charges_the_weight_of_its_straight_line_body() -> None:
