@@ -285,8 +285,11 @@ def dispatch(sb: SandboxState, index: int, *args: Any) -> Any:
     finally:
         if sb._clock() > sb._deadline:
             # One host call can take long for one step, and the meter polls the clock
-            # only every K steps: tell it now that the time is up.
-            sb._h_expire()
+            # only every K steps: tell it now that the time is up (unless the sandbox was
+            # closed meanwhile: an abandoned runtime's call returns after its close).
+            expire = sb._h_expire
+            if expire is not None:
+                expire()
 
 
 def flat_arguments(sb: SandboxState, args: tuple[Any, ...], hf: HostFunction) -> tuple[Any, Any]:

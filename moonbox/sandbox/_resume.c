@@ -25,12 +25,15 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include <dlfcn.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 typedef struct lua_State lua_State;
 typedef int (*lua_CFunction)(lua_State *L);
@@ -78,6 +81,14 @@ static struct {
     void *(*touserdata)(lua_State *, int);
     int (*type)(lua_State *, int);
     int (*error)(lua_State *);
+    int (*toboolean)(lua_State *, int);
+    double (*tonumber)(lua_State *, int);
+    void (*pushlstring)(lua_State *, const char *, size_t);
+    void (*pushstring)(lua_State *, const char *);
+    void (*pushlightuserdata)(lua_State *, void *);
+    void (*pushcclosure)(lua_State *, lua_CFunction, int);
+    void (*setfield)(lua_State *, int, const char *);
+    void (*replace)(lua_State *, int);
     int ready;
 } api;
 
@@ -112,13 +123,29 @@ load_api(const char *library)
     FIND(touserdata, "lua_touserdata")
     FIND(type, "lua_type")
     FIND(error, "lua_error")
+    FIND(toboolean, "lua_toboolean")
+    FIND(tonumber, "lua_tonumber")
+    FIND(pushlstring, "lua_pushlstring")
+    FIND(pushstring, "lua_pushstring")
+    FIND(pushlightuserdata, "lua_pushlightuserdata")
+    FIND(pushcclosure, "lua_pushcclosure")
+    FIND(setfield, "lua_setfield")
+    FIND(replace, "lua_replace")
 #undef FIND
     dlclose(h);  /* the module stays loaded: lupa holds it */
     api.ready = 1;
     return 1;
 }
 
-/* A sandbox's binding: its runtime's call thread, host.call_end, the meter. */
+static inline double
+heap_kb(lua_State *L)
+{
+    /* collectgarbage("count"), exactly: the heap's bytes over 1024. */
+    return (double)api.gc(L, LUA_GCCOUNT, 0) + (double)api.gc(L, LUA_GCCOUNTB, 0) / 1024.0;
+}
+
+/* A sandbox's binding: its runtime's call thread, host.call_end, the meter, and for the
+ * compiled crossing of host calls the host's dispatcher and its failure marker. */
 typedef struct {
     PyObject_HEAD
     lua_State *thread;  /* a coroutine of the runtime never resumed: the call thread */
@@ -126,32 +153,289 @@ typedef struct {
     int open;
     PyObject *memory_error;  /* lupa's LuaMemoryError, and its LuaError */
     PyObject *lua_error;
+    PyObject *dispatch;      /* the sandbox's dispatcher: dispatch(index, *args) */
+    PyObject *failed;        /* the first value of a failed call's answer */
+    PyObject *taken;         /* an answer only lupa converts, until host.c_take takes it */
+    unsigned long long crossed;  /* host calls the crossing made itself */
+    char *buffer;             /* the strings of an answer, between the lock and the pushes */
+    size_t used, capacity;
 } Resumer;
 
 static PyTypeObject ResumerType;
 
+/* The crossing's markers, the first value it answers (light userdata no mod can make). */
+static char MARK_OK, MARK_PRELUDE, MARK_TAKE, MARK_FAILED;
+
+#define LUA_GLOBALSINDEX (-10002)
+#define UPVALUE(i) (LUA_GLOBALSINDEX - (i))
+#define LUA_TBOOLEAN 1
+#define LUA_TNUMBER 3
+#define LUA_TSTRING 4
+/* At most this many arguments: a flat table's 16 pairs after its call's two values. */
+#define CROSSING_MAX_ARGS 34
+
+/* A Lua value as lupa hands it to Python (encoding None: strings are bytes), for the
+ * types the crossing takes. */
+static PyObject *
+from_lua(lua_State *L, int i)
+{
+    switch (api.type(L, i)) {
+    case LUA_TNIL:
+        Py_RETURN_NONE;
+    case LUA_TBOOLEAN:
+        return PyBool_FromLong(api.toboolean(L, i));
+    case LUA_TNUMBER: {
+        double d = api.tonumber(L, i);
+        /* lupa: the number cast to lua_Integer, an int when that is equal */
+        if (d >= -9223372036854775808.0 && d < 9223372036854775808.0 &&
+                (double)(long long)d == d) {
+            return PyLong_FromLongLong((long long)d);
+        }
+        return PyFloat_FromDouble(d);
+    }
+    default: {  /* a string: checked by the caller */
+        size_t len = 0;
+        const char *text = api.tolstring(L, i, &len);
+        return PyBytes_FromStringAndSize(text, (Py_ssize_t)len);
+    }
+    }
+}
+
+/* A value of a host call's answer, as the crossing pushes it (strings in the buffer). */
+typedef struct {
+    int type;
+    double num;
+    size_t off, len;
+} Answer;
+
+#define ANSWER_MAX 32
+enum { MARK_KIND_OK, MARK_KIND_TAKE, MARK_KIND_FAILED };
+
+/* Reads `v` into `a` when the crossing pushes it itself (None, a boolean, a float, an int
+ * of at most 2^53, bytes); whether it does. NULL: the generic failure message. The lock is
+ * held. */
+static int
+keep(Resumer *r, Answer *a, PyObject *v)
+{
+    if (v == NULL) {
+        a->type = LUA_TSTRING;
+        a->off = (size_t)-1;
+        a->len = 0;
+    } else if (v == Py_None) {
+        a->type = LUA_TNIL;
+    } else if (v == Py_True || v == Py_False) {
+        a->type = LUA_TBOOLEAN;
+        a->num = v == Py_True;
+    } else if (PyFloat_CheckExact(v)) {
+        a->type = LUA_TNUMBER;
+        a->num = PyFloat_AS_DOUBLE(v);
+    } else if (PyLong_CheckExact(v)) {
+        int overflow = 0;
+        long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || n > (1LL << 53) || n < -(1LL << 53)) {
+            PyErr_Clear();
+            return 0;
+        }
+        a->type = LUA_TNUMBER;
+        a->num = (double)n;
+    } else if (PyBytes_CheckExact(v)) {
+        size_t len = (size_t)PyBytes_GET_SIZE(v);
+        if (r->used + len > r->capacity) {
+            size_t want = (r->used + len) * 2 + 256;
+            char *grown = realloc(r->buffer, want);
+            if (grown == NULL) {
+                return 0;
+            }
+            r->buffer = grown;
+            r->capacity = want;
+        }
+        memcpy(r->buffer + r->used, PyBytes_AS_STRING(v), len);
+        a->type = LUA_TSTRING;
+        a->off = r->used;
+        a->len = len;
+        r->used += len;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* A host function's call (see make_host_function in dispatch.lua): (id, cost, ...args). */
+static int
+c_host(lua_State *L)
+{
+    Resumer *r = api.touserdata(L, UPVALUE(1));
+    int top = api.gettop(L);
+    int nargs = top - 2;
+    Meter *M = r->meter;
+    int plain = r->open && r->dispatch != NULL && nargs >= 0 && nargs <= CROSSING_MAX_ARGS;
+    /* A table is walked by the prelude, by slot index (lua_next finds each key again: a
+     * table whose number keys share one hash chain would make that quadratic), which
+     * then hands the pairs to this crossing as plain arguments (flat_call). */
+    for (int i = 3; plain && i <= top; i++) {
+        int t = api.type(L, i);
+        plain = t == LUA_TNIL || t == LUA_TBOOLEAN || t == LUA_TNUMBER || t == LUA_TSTRING;
+    }
+    double cost = api.tonumber(L, 2);
+    double c = (double)M->window - cost;
+    if (!plain || c < (double)M->poll || heap_kb(L) > M->host_call_max_kb) {
+        /* The prelude's way does it all: the marker, then the arguments. */
+        api.pushlightuserdata(L, &MARK_PRELUDE);
+        api.replace(L, 2);
+        return top - 1;
+    }
+    M->window = (int32_t)c;  /* as the prelude charges: not overdrawn, within the window */
+    r->crossed++;
+
+    PyGILState_STATE gil = PyGILState_Ensure();
+    /* The dispatcher's arguments: the index (for a flat table, -1 - id: see flat_call),
+     * then the call's. */
+    PyObject *argv[CROSSING_MAX_ARGS + 1];
+    int made = 0;
+    PyObject *answer = NULL;
+    argv[0] = PyLong_FromDouble(api.tonumber(L, 1));
+    if (argv[0] != NULL) {
+        for (made = 1; made <= nargs; made++) {
+            argv[made] = from_lua(L, made + 2);
+            if (argv[made] == NULL) {
+                break;
+            }
+        }
+        if (made == nargs + 1) {
+            answer = PyObject_Vectorcall(r->dispatch, argv, (size_t)made, NULL);
+        }
+    }
+    for (int i = 0; i < made; i++) {
+        Py_DECREF(argv[i]);
+    }
+    /* The answer, read while the lock is held into plain C values (strings copied to the
+     * binding's buffer), pushed once it is released: a push can raise a Lua error (out of
+     * memory), which must not unwind past a held interpreter lock. */
+    Answer out[ANSWER_MAX];
+    int count = 0, kind = MARK_KIND_OK;
+    if (answer == NULL) {
+        /* The dispatcher answers every failure itself: what escapes it is the host's
+         * own (an interrupt, or no memory for the conversions). An interrupt is raised
+         * again in the host's main thread; the mod's call fails as a host failure. */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (type != NULL && PyErr_GivenExceptionMatches(type, PyExc_KeyboardInterrupt)) {
+            PyErr_SetInterrupt();
+        } else if (type != NULL) {
+            PyErr_Restore(type, value, tb);
+            PyErr_WriteUnraisable(r->dispatch);
+            type = value = tb = NULL;
+        }
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        kind = MARK_KIND_FAILED;
+        r->used = 0;
+        count = keep(r, &out[0], NULL) ? 1 : 0;
+    } else if (PyTuple_CheckExact(answer)) {
+        Py_ssize_t n = PyTuple_GET_SIZE(answer);
+        r->used = 0;
+        if (n == 2 && PyTuple_GET_ITEM(answer, 0) == r->failed &&
+                PyBytes_CheckExact(PyTuple_GET_ITEM(answer, 1))) {
+            kind = MARK_KIND_FAILED;
+            count = keep(r, &out[0], PyTuple_GET_ITEM(answer, 1)) ? 1 : 0;
+        } else if (n <= ANSWER_MAX) {
+            for (count = 0; count < n; count++) {
+                if (!keep(r, &out[count], PyTuple_GET_ITEM(answer, count))) {
+                    break;
+                }
+            }
+            if (count < n) {
+                kind = MARK_KIND_TAKE;
+            }
+        } else {
+            kind = MARK_KIND_TAKE;
+        }
+    } else {
+        r->used = 0;
+        count = 1;
+        if (!keep(r, &out[0], answer)) {
+            kind = MARK_KIND_TAKE;
+        }
+    }
+    if (kind == MARK_KIND_TAKE) {
+        Py_XSETREF(r->taken, answer);
+        answer = NULL;
+        count = 0;
+    } else if (kind == MARK_KIND_FAILED && count == 0) {
+        count = 1;  /* no memory for the message: the generic one */
+        out[0].type = LUA_TSTRING;
+        out[0].len = 0;
+        out[0].off = (size_t)-1;
+    }
+    Py_XDECREF(answer);
+    PyGILState_Release(gil);
+
+    api.settop(L, 0);
+    api.checkstack(L, count + 1);
+    api.pushlightuserdata(L, kind == MARK_KIND_OK ? &MARK_OK
+                             : kind == MARK_KIND_TAKE ? (void *)&MARK_TAKE : &MARK_FAILED);
+    for (int i = 0; i < count; i++) {
+        Answer *a = &out[i];
+        if (a->type == LUA_TNIL) {
+            api.pushnil(L);
+        } else if (a->type == LUA_TBOOLEAN) {
+            api.pushboolean(L, a->num != 0);
+        } else if (a->type == LUA_TNUMBER) {
+            api.pushnumber(L, a->num);
+        } else if (a->off == (size_t)-1) {
+            api.pushstring(L, "host function failed");
+        } else {
+            api.pushlstring(L, r->buffer + a->off, a->len);
+        }
+    }
+    return count + 1;
+}
+
+/* bind's work in the runtime, protected: the crossing and its markers in the registry. */
+static int
+register_protected(lua_State *L)
+{
+    Resumer *r = api.touserdata(L, 1);
+    api.pushlightuserdata(L, r);
+    api.pushcclosure(L, c_host, 1);
+    api.setfield(L, LUA_REGISTRYINDEX, "moonbox.c_host");
+    api.pushlightuserdata(L, &MARK_OK);
+    api.setfield(L, LUA_REGISTRYINDEX, "moonbox.c_ok");
+    api.pushlightuserdata(L, &MARK_PRELUDE);
+    api.setfield(L, LUA_REGISTRYINDEX, "moonbox.c_prelude");
+    api.pushlightuserdata(L, &MARK_TAKE);
+    api.setfield(L, LUA_REGISTRYINDEX, "moonbox.c_take");
+    api.pushlightuserdata(L, &MARK_FAILED);
+    api.setfield(L, LUA_REGISTRYINDEX, "moonbox.c_failed");
+    return 0;
+}
+
 PyDoc_STRVAR(bind_doc,
-"bind(library, holder, meter, memory_error, lua_error) -> Resumer\n\n"
+"bind(library, holder, meter, memory_error, lua_error, dispatch, failed) -> Resumer\n\n"
 "Bind to a runtime: ``library`` is lupa's LuaJIT extension module, ``holder`` the address\n"
 "of a coroutine of the runtime never resumed (the thread host.call_end is called on, from\n"
 "the registry's \"moonbox.call_end\"), ``meter`` the address of the runtime's\n"
 "moonbox_meter; the two exception classes are raised for a failure of host.call_end (out\n"
-"of memory, or any other). None where the API is missing.");
+"of memory, or any other). With ``dispatch`` (the sandbox's dispatcher) and ``failed``\n"
+"(the first value of its failure answers), it also puts the compiled crossing of host\n"
+"calls in the runtime's registry, for the host functions made after it. None where the\n"
+"API is missing.");
 
 static PyObject *
 bind(PyObject *self, PyObject *args)
 {
     const char *library;
     unsigned long long holder, meter;
-    PyObject *memory_error, *lua_error;
-    if (!PyArg_ParseTuple(args, "sKKOO:bind", &library, &holder, &meter, &memory_error,
-                          &lua_error)) {
+    PyObject *memory_error, *lua_error, *dispatch, *failed;
+    if (!PyArg_ParseTuple(args, "sKKOOOO:bind", &library, &holder, &meter, &memory_error,
+                          &lua_error, &dispatch, &failed)) {
         return NULL;
     }
     if (holder == 0 || meter == 0 || !load_api(library)) {
         Py_RETURN_NONE;
     }
-    Resumer *r = PyObject_New(Resumer, &ResumerType);
+    Resumer *r = PyObject_GC_New(Resumer, &ResumerType);
     if (r == NULL) {
         return NULL;
     }
@@ -162,6 +446,23 @@ bind(PyObject *self, PyObject *args)
     r->memory_error = memory_error;
     Py_INCREF(lua_error);
     r->lua_error = lua_error;
+    r->dispatch = NULL;
+    r->failed = NULL;
+    r->taken = NULL;
+    r->crossed = 0;
+    r->buffer = NULL;
+    r->used = r->capacity = 0;
+    PyObject_GC_Track(r);
+    if (dispatch != Py_None) {
+        if (api.cpcall(r->thread, register_protected, r) != 0) {
+            api.settop(r->thread, 0);  /* no crossing: host functions take lupa's */
+        } else {
+            Py_INCREF(dispatch);
+            r->dispatch = dispatch;
+            Py_INCREF(failed);
+            r->failed = failed;
+        }
+    }
     return (PyObject *)r;
 }
 
@@ -169,31 +470,78 @@ static PyObject *
 resumer_close(Resumer *r, PyObject *unused)
 {
     r->open = 0;
+    Py_CLEAR(r->taken);
     Py_RETURN_NONE;
+}
+
+static PyObject *
+resumer_take(Resumer *r, PyObject *unused)
+{
+    PyObject *taken = r->taken;
+    r->taken = NULL;
+    if (taken == NULL) {
+        Py_RETURN_NONE;
+    }
+    return taken;
+}
+
+static int
+resumer_traverse(Resumer *r, visitproc visit, void *arg)
+{
+    Py_VISIT(r->dispatch);
+    Py_VISIT(r->failed);
+    Py_VISIT(r->taken);
+    return 0;
+}
+
+static int
+resumer_clear(Resumer *r)
+{
+    r->open = 0;  /* what the crossing calls is gone: it answers the prelude's way */
+    Py_CLEAR(r->dispatch);
+    Py_CLEAR(r->failed);
+    Py_CLEAR(r->taken);
+    return 0;
 }
 
 static void
 resumer_dealloc(Resumer *r)
 {
+    PyObject_GC_UnTrack(r);
+    resumer_clear(r);
     Py_XDECREF(r->memory_error);
     Py_XDECREF(r->lua_error);
-    PyObject_Free(r);
+    free(r->buffer);
+    PyObject_GC_Del(r);
 }
 
 static PyMethodDef resumer_methods[] = {
     {"close", (PyCFunction)resumer_close, METH_NOARGS,
-     "The runtime is closing: every later call answers NotImplemented."},
+     "The runtime is closing: every later call answers NotImplemented, every host call "
+     "the crossing gets goes the prelude's way."},
+    {"take", (PyCFunction)resumer_take, METH_NOARGS,
+     "The answer of the last host call the crossing could not convert itself (see "
+     "host.set_c_take)."},
     {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef resumer_members[] = {
+    {"crossed", T_ULONGLONG, offsetof(Resumer, crossed), READONLY,
+     "How many host calls the compiled crossing made itself."},
+    {NULL, 0, 0, 0, NULL},
 };
 
 static PyTypeObject ResumerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "moonbox.sandbox._resume.Resumer",
     .tp_basicsize = sizeof(Resumer),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A sandbox runtime's compiled resume (see bind).",
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A sandbox runtime's compiled resume and host crossing (see bind).",
     .tp_dealloc = (destructor)resumer_dealloc,
+    .tp_traverse = (traverseproc)resumer_traverse,
+    .tp_clear = (inquiry)resumer_clear,
     .tp_methods = resumer_methods,
+    .tp_members = resumer_members,
 };
 
 /* A number as lupa gives it to Python: an int when it is one, else a float. */
@@ -206,12 +554,6 @@ number(double d)
     return PyFloat_FromDouble(d);
 }
 
-static inline double
-heap_kb(lua_State *L)
-{
-    /* collectgarbage("count"), exactly: the heap's bytes over 1024. */
-    return (double)api.gc(L, LUA_GCCOUNT, 0) + (double)api.gc(L, LUA_GCCOUNTB, 0) / 1024.0;
-}
 
 /* host.call_end(id, ok, kb, plain, ...values) on the call thread, protected. */
 typedef struct {

@@ -140,8 +140,10 @@ def _install_heap(rt: Any) -> bool:
         return False
 
 
-# The compiled resume (see _resume.c), unless it was not built or RESUME_ENV says "lua".
+# The compiled resume (see _resume.c), unless it was not built or RESUME_ENV says "lua";
+# its crossing of host calls, unless CROSSING_ENV says "lua".
 RESUME_ENV = "MOONBOX_SANDBOX_RESUME"
+CROSSING_ENV = "MOONBOX_SANDBOX_CROSSING"
 _resume: Any = None
 if os.environ.get(RESUME_ENV) != "lua":
     try:
@@ -153,14 +155,23 @@ if os.environ.get(RESUME_ENV) != "lua":
         _resume = (_resume_bind, _resume_call)
 
 
-def bind_resume(host: Any) -> Any:
+def bind_resume(host: Any, dispatch: Any) -> Any:
     """The compiled resume of a runtime just opened (its prelude's host table), or None
-    where there is none: every call then takes the prelude's host.call."""
+    where there is none: every call then takes the prelude's host.call. It also gives the
+    host functions made after it the compiled crossing to ``dispatch`` (the sandbox's
+    dispatcher), and the prelude the way to take what only lupa converts."""
+    if _resume is None or os.environ.get(CROSSING_ENV) == "lua":
+        crossing = None
+    else:
+        crossing = dispatch
     if _resume is None:
         return None
     holder = int(host[b"call_end_address"].rpartition(b"0x")[2], 16)
-    return _resume[0](lua.__file__, holder, int(host[b"meter_address"]), lua.LuaMemoryError,
-                        lua.LuaError)
+    resumer = _resume[0](lua.__file__, holder, int(host[b"meter_address"]), lua.LuaMemoryError,
+                         lua.LuaError, crossing, host[b"host_failed"])
+    if resumer is not None and crossing is not None:
+        host[b"set_c_take"](resumer.take)
+    return resumer
 
 
 def compiled_resume() -> bool:

@@ -157,14 +157,14 @@ class Sandbox:
     # -- runtime lifecycle ---------------------------------------------------------------
 
     def _open_runtime(self) -> None:
+        bound = MethodType(dispatch, self)  # the dispatcher, as a method would be
         rt, host = open_runtime(
             jit=self.jit,
             value_limits=self.value_limits,
             seed=self.seed,
             deterministic=self.deterministic,
             max_memory_bytes=self.budget.max_memory + HOST_HEADROOM_BYTES,
-            # The dispatcher bound to this sandbox, as a method would be.
-            dispatch=MethodType(dispatch, self),
+            dispatch=bound,
         )
         self._rt = rt
         self._h_compile = host[b"compile"]
@@ -175,7 +175,7 @@ class Sandbox:
         # The compiled resume of Run.call (or None), and the prelude's side of it.
         if getattr(self, "_resumer", None) is not None:
             self._resumer.close()  # the runtime it was bound to is replaced
-        self._resumer = bind_resume(host)
+        self._resumer = bind_resume(host, bound)
         self._h_take_end = host[b"take_end"]
         self._h_run_addresses = host[b"run_addresses"]
         # The allocator's limit Run.call set last (-1: none yet, or another path changed it

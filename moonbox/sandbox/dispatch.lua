@@ -9,6 +9,17 @@
 -- common call then crosses no extra value. Only the host holds the marker.
 local HOST_FAILED = setmetatable({}, { __metatable = false })
 
+-- The registry, where the host's compiled crossing is put (see make_host_function), and
+-- the host's function that hands over results only lupa converts (set with it).
+local registry = debug.getregistry()
+local c_take = nil
+
+function host.set_c_take(fn)
+  c_take = fn
+  local mt = getmetatable(fn)
+  if type(mt) == "table" then mt.__metatable = false end
+end
+
 local function fail(err)
   if type(err) ~= "string" then err = "host function failed" end  -- never a host object
   if not tripped and is_memory_error(err) then
@@ -70,6 +81,8 @@ end
 -- answer the host, without the host asking). Checked and charged as flat_argument is.
 local make_host_function  -- (in a block: the prelude's chunk has no room for more locals)
 do
+  local c_host, c_after  -- the compiled crossing (below), when the host bound one
+
   local function flat_call(id, a, t)
     local was_active = M.active
     M.active = false
@@ -78,7 +91,54 @@ do
     if not ok then return fail(n) end
     if n == nil or n == 0 then return finish(dispatch(id, a, t)) end
     if M.active then charge(n) end
+    if c_host ~= nil and c_take ~= nil then  -- the pairs cross as plain arguments
+      return c_after(-1 - id, 0, c_host(-1 - id, 0, a, n, unpack_(flat, 1, 2 * n)))
+    end
     return finish(dispatch(-1 - id, a, n, unpack_(flat, 1, 2 * n)))
+  end
+
+  -- A host call the prelude's way: charged, the heap checked, then the crossing (a flat
+  -- table argument in the same crossing).
+  local function prelude_call(id, cost, ...)
+    local c = cell[0] - cost
+    if c < cell[1] then  -- as charge (meter.lua) does
+      overdrawn(c)
+    else
+      cell[0] = c
+    end
+    local kb = collectgarbage("count")
+    if kb > M.host_call_max_kb then
+      if M.growth_limited then
+        set_trip("memory", M.alloc_bytes, floor((kb - M.start_kb) * 1024))
+      else
+        set_trip("memory", M.max_memory, floor(kb * 1024))
+      end
+      raise_trip()
+    end
+    if select("#", ...) == 2 then
+      local a, t = ...
+      if type(t) == "table" then return flat_call(id, a, t) end
+    end
+    return finish(dispatch(id, ...))
+  end
+
+  -- The host's compiled crossing (_resume.c), when the host bound one: a C function that
+  -- does what prelude_call does for the commonest call (arguments that are numbers,
+  -- strings, booleans or nil, the window not overdrawn, the heap below the margin) and
+  -- calls the host's dispatcher itself, without lupa's conversions (a flat table argument
+  -- crosses as its pairs, walked here: see flat_call). It answers with a
+  -- marker first: C_OK and the results; C_PRELUDE and the arguments, having done
+  -- nothing (the prelude's way then does it all); C_TAKE, the results waiting with the
+  -- host (values only lupa converts); or C_FAILED and the message.
+  c_host = registry["moonbox.c_host"]
+  local C_OK, C_PRELUDE = registry["moonbox.c_ok"], registry["moonbox.c_prelude"]
+  local C_TAKE, C_FAILED = registry["moonbox.c_take"], registry["moonbox.c_failed"]
+
+  function c_after(id, cost, first, ...)
+    if first == C_OK then return ... end
+    if first == C_PRELUDE then return prelude_call(id, cost, ...) end
+    if first == C_TAKE then return finish(c_take()) end
+    return fail((...))  -- C_FAILED
   end
 
   function make_host_function(id, cost)
@@ -87,31 +147,22 @@ do
     elseif not (cost > 0) then
       cost = 0
     end
+    if c_host == nil then
+      c_host = registry["moonbox.c_host"]
+      C_OK, C_PRELUDE = registry["moonbox.c_ok"], registry["moonbox.c_prelude"]
+      C_TAKE, C_FAILED = registry["moonbox.c_take"], registry["moonbox.c_failed"]
+    end
+    if c_host ~= nil and c_take ~= nil then
+      local crossing = c_host
+      return function(...)
+        return c_after(id, cost, crossing(id, cost, ...))
+      end
+    end
     return function(...)
-      local c = cell[0] - cost
-      if c < cell[1] then  -- as charge (meter.lua) does
-        overdrawn(c)
-      else
-        cell[0] = c
-      end
-      local kb = collectgarbage("count")
-      if kb > M.host_call_max_kb then
-        if M.growth_limited then
-          set_trip("memory", M.alloc_bytes, floor((kb - M.start_kb) * 1024))
-        else
-          set_trip("memory", M.max_memory, floor(kb * 1024))
-        end
-        raise_trip()
-      end
-      if select("#", ...) == 2 then
-        local a, t = ...
-        if type(t) == "table" then return flat_call(id, a, t) end
-      end
-      return finish(dispatch(id, ...))
+      return prelude_call(id, cost, ...)
     end
   end
 end
-
 function host.make_host_function(id, cost)
   return make_host_function(id, cost)
 end

@@ -1,0 +1,230 @@
+"""The compiled crossing of host calls (moonbox/sandbox/_resume.c, c_host): a host function
+called with plain arguments reaches the dispatcher without lupa, and answers exactly what
+the prelude's crossing answers."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from moonbox import BindingError, Budget, Sandbox
+from moonbox.sandbox import _runtime
+from moonbox.sandbox._runtime import compiled_resume
+
+pytestmark = pytest.mark.skipif(not compiled_resume(), reason="the compiled crossing is not built")
+
+
+class Echo:
+    """Answers its arguments; counts its calls."""
+
+    name = "echo"
+    cost = 3
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def __call__(self, call: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        self.calls.append(args)
+        return tuple(args)
+
+
+class Answer:
+    """Answers what the test set (plain data, nested or not)."""
+
+    name = "answer"
+    cost = 1
+    value: tuple[Any, ...] = ()
+
+    def __call__(self, call: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return self.value
+
+
+class Refuse:
+    name = "refuse"
+    cost = 1
+
+    def __call__(self, call: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        raise BindingError(f"no: {args!r}")
+
+
+class Costly:
+    name = "costly"
+    cost = 50_000
+
+    def __call__(self, call: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (1,)
+
+
+def _sandbox(crossing: bool, monkeypatch: Any, jit: bool = True,
+             budget: Budget | None = None) -> tuple[Sandbox, Echo, Answer]:
+    if crossing:
+        monkeypatch.delenv(_runtime.CROSSING_ENV, raising=False)
+    else:
+        monkeypatch.setenv(_runtime.CROSSING_ENV, "lua")
+    echo, answer = Echo(), Answer()
+    sb = Sandbox(budget or Budget(steps=100_000), jit=jit,
+                 host_functions=[echo, answer, Refuse(), Costly()])
+    monkeypatch.delenv(_runtime.CROSSING_ENV, raising=False)
+    return sb, echo, answer
+
+
+def _shown(out: Any) -> Any:
+    values = tuple(repr(v) if isinstance(v, float) and math.isnan(v) else v
+                   for v in out.values)
+    error = None if out.error is None else (type(out.error).__name__, str(out.error))
+    return out.status, values, error, out.reports
+
+
+def test_a_plain_call_goes_through_the_crossing(monkeypatch):
+    sb, echo, _ = _sandbox(True, monkeypatch)
+    with sb:
+        assert sb._resumer is not None
+        out = sb.run('return echo(1, 2.5, "a\\0b", true, nil, false)')
+        assert out.values == (1, 2.5, b"a\0b".decode(), True, None, False)
+        assert echo.calls == [(1, 2.5, "a\0b", True, None, False)]
+        out = sb.run('return select("#", echo())')
+        assert out.values == (0,)
+        assert sb._resumer.crossed == 2
+        sb.run("echo({1})")  # a table: the prelude's way
+        assert sb._resumer.crossed == 2 and len(echo.calls) == 3
+
+
+SCALARS = st.one_of(
+    st.none(), st.booleans(),
+    st.integers(-(1 << 60), 1 << 60),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.binary(max_size=40).map(lambda b: b.decode("latin-1")),
+)
+
+
+def _lua(value: Any) -> str:
+    if value is None:
+        return "nil"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"({value})"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "(0/0)"
+        if math.isinf(value):
+            return "(1/0)" if value > 0 else "(-1/0)"
+        return f"({value!r})"
+    return '"' + "".join(f"\\{b}" for b in value.encode("latin-1")) + '"'
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(SCALARS, max_size=18), answer=st.lists(SCALARS, max_size=6),
+       nested=st.booleans(), jit=st.booleans())
+def test_the_crossing_answers_as_the_preludes(values, answer, nested, jit):
+    args = ", ".join(_lua(v) for v in values)
+    more = ", " + args if args else ""
+    source = f"""
+local r = {{}}
+local function keep(...) r[#r + 1] = select("#", ...) for i = 1, select("#", ...) do
+  r[#r + 1] = (select(i, ...)) end end
+keep(echo({args}))
+keep(answer({args}))
+keep(pcall(refuse{more}))
+keep(pcall(echo, {{1, 2}}, {{x = 1}}))
+return unpack(r, 1, #r)
+"""
+    value = tuple(answer) + (({"k": [1, "two"]},) if nested else ())
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        a, _, answer_a = _sandbox(True, monkeypatch, jit)
+        b, _, answer_b = _sandbox(False, monkeypatch, jit)
+    with a, b:
+        answer_a.value = answer_b.value = value
+        shown = _shown(a.run(source, "=x"))
+        assert shown == _shown(b.run(source, "=x"))
+        assert shown[0] == "done", shown
+        # More than 16 arguments go the prelude's way.
+        assert a._resumer.crossed == (3 if len(values) <= 16 else 0)
+        assert b._resumer.crossed == 0
+
+
+KEYS = st.one_of(st.text("abcxyz", min_size=1, max_size=6), st.integers(-5, 40),
+                 st.floats(-10, 10, allow_nan=False))
+FLAT_VALUES = st.one_of(st.booleans(), st.integers(-(1 << 40), 1 << 40),
+                        st.floats(allow_nan=False), st.text("pq", max_size=30))
+
+
+def _table(pairs: dict[Any, Any], nested: bool) -> str:
+    items = [f"[{_lua(k)}] = {_lua(v)}" for k, v in pairs.items()]
+    if nested:
+        items.append("inner = {1}")
+    return "{" + ", ".join(items) + "}"
+
+
+@settings(max_examples=60, deadline=None)
+@given(pairs=st.dictionaries(KEYS, FLAT_VALUES, max_size=20), nested=st.booleans(),
+       jit=st.booleans())
+def test_a_flat_table_argument_crosses_as_the_preludes(pairs, nested, jit):
+    # At most 16 pairs of plain keys and values (the prelude's flat_pairs): the crossing
+    # hands the pairs over in the same order, charged a step each; anything else goes the
+    # prelude's way, the table as lupa's.
+    table = _table(pairs, nested)
+    source = f"""
+local t = {table}
+echo("a", t)
+local keys = {{}}
+for k in next, t do keys[#keys + 1] = k end
+return unpack(keys, 1, #keys)
+"""
+    flat = not nested and 0 < len(pairs) <= 16
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        a, echo_a, _ = _sandbox(True, monkeypatch, jit)
+        b, echo_b, _ = _sandbox(False, monkeypatch, jit)
+    with a, b:
+        out_a, out_b = a.run(source, "=x"), b.run(source, "=x")
+        assert out_a.status == out_b.status == "done", (out_a, out_b)
+        # The same data; the order of the pairs is each runtime's own (its string hash
+        # seed), the order of its `next`.
+        assert echo_a.calls == echo_b.calls
+        if flat:
+            for out, echo in ((out_a, echo_a), (out_b, echo_b)):
+                got = echo.calls[0][1]
+                if isinstance(got, dict):  # (keys 1..n arrive as a list)
+                    assert list(got) == list(out.values)
+        if jit:
+            assert out_a.stats.steps == out_b.stats.steps
+        assert a._resumer.crossed == (1 if flat else 0)
+
+
+def test_an_overdrawn_window_takes_the_preludes_way_and_trips(monkeypatch):
+    # The crossing charges only what the window holds; a call that overdraws it (or meets
+    # the alarm's flag) goes the prelude's way, which accounts it and polls.
+    for crossing in (True, False):
+        sb, _, _ = _sandbox(crossing, monkeypatch, budget=Budget(steps=120_000))
+        with sb:
+            out = sb.run("local n = 0 while true do costly() n = n + 1 end")
+            assert out.status == "budget" and out.error.budget == "steps"
+            assert out.stats.steps <= 120_000 + 50_000 + 10
+
+
+def test_a_host_call_loop_trips_on_time_through_the_crossing(monkeypatch):
+    sb, echo, _ = _sandbox(True, monkeypatch, budget=Budget(steps=1 << 52, wall_s=0.05))
+    with sb:
+        out = sb.run("while true do echo(1) end")
+        assert out.status == "budget" and out.error.budget == "time"
+        assert len(echo.calls) > 10
+
+
+def test_a_failure_through_the_crossing_names_the_mods_line(monkeypatch):
+    sb, _, _ = _sandbox(True, monkeypatch)
+    with sb:
+        out = sb.run('local x = 1\nrefuse("a")', "=m")
+        assert out.status == "error"
+        assert str(out.error).startswith("m:2: refuse: no: ('a',)"), str(out.error)
+
+
+def test_a_closed_binding_sends_host_calls_the_preludes_way(monkeypatch):
+    sb, echo, _ = _sandbox(True, monkeypatch)
+    with sb:
+        sb._resumer.close()
+        assert sb.run("return echo(7)").values == (7,)
+        assert echo.calls == [(7,)] and sb._resumer.crossed == 0
