@@ -159,6 +159,18 @@ case("table.move", "local a = {1, 2, 3, 4, 5} table.move(a, 2, 4, 1) local b = t
 case("table.move_bad", "local x = table.move({}, 'a', 2, 1)")
 case("table.unpack", "return unpack({1, 2, 3}), unpack({1, 2, 3}, 2), unpack({1, 2, 3}, 2, 3), select('#', unpack({}, 1, 3))")
 case("table.unpack_bad", "local x = unpack(nil)")
+# Short unpacks with both bounds (the guard's own path, docs/guards.md): holes, raw access
+# past __index, bounds at 0, negative, -0, near the integer limits, non-integral or numeric
+# strings (the native's path), an empty range and every length of the short path and past it.
+case("table.unpack_short", "local t = setmetatable({10, nil, 30, 40, 50, [0] = 0, [-1] = -1}, {__index = function() return 'mt' end}) "
+     "local function n(...) return select('#', ...), ... end "
+     "return show({n(unpack(t, 1, 1))}), show({n(unpack(t, 1, 2))}), show({n(unpack(t, 1, 3))}), show({n(unpack(t, 1, 4))}), "
+     "show({n(unpack(t, 1, 5))}), show({n(unpack(t, -1, 1))}), show({n(unpack(t, -0, 0))}), show({n(unpack(t, 3, 2))}), "
+     "show({n(unpack(t, 2.5, 4))}), show({n(unpack(t, '2', 3))}), show({n(unpack(t, 1, 2, 3))}), "
+     "show({n(unpack(t, 2147483646, 2147483647))}), show({n(unpack(t, -2147483648, -2147483647))})")
+case("table.unpack_short_pcall_loop", "local t, n = {}, 0 for i = 1, 300 do t[i] = {'e', i % 3, i, i + 1} end "
+     "local function h(a, b) n = n + (a or 0) + (b or 0) end "
+     "for i = 1, 300 do local e = t[i] pcall(h, unpack(e, 3, 2 + e[2])) end return n")
 case("table.unpack_too_many", "local x = unpack({}, 1, 1e7)")
 case("table.length_border", "local t = {1, 2, 3} t[5] = 5 local u = {nil, nil, 3} return #t == 3 or #t == 5, #u == 3 or #u == 0, #{n = 1}")
 case("table.next", "local t = {10} local k, v = next(t) return k, v, next(t, 1), next({})")

@@ -645,6 +645,16 @@ LOOP_SHAPES = {
         "local s = string.rep('x', 2^20) local t = s .. 'y' "
         "local function f(a) if s < a then return 1 end return f(t) end while true do f(t) end"
     ),
+    # Short unpacks run as the guard's own Lua code, so a dispatch loop through pcall and
+    # unpack compiles whole, handlers included: its checks and the handlers' stop it.
+    "dispatch_loop_through_pcall_and_unpack": (
+        "local e = {'hit', 2, 1, 2} local function h(a, b) return a + b end "
+        "while true do pcall(h, unpack(e, 3, 2 + e[2])) end"
+    ),
+    "recursion_through_pcall_and_unpack": (
+        "local e = {1, 2} local function h(a, b) return pcall(h, unpack(e, 1, 2)) end "
+        "while true do h(1, 2) end"
+    ),
     "gsub_callbacks_forever": (
         "local s = string.rep('a', 1000) while true do s = s:gsub('a', function(c) return c end) end"
     ),
