@@ -575,6 +575,16 @@ LOOP_SHAPES = {
         "local co = coroutine.wrap(function() while true do coroutine.yield() end end) "
         "while true do co() end"
     ),
+    "coroutine_ring_forever": (
+        "local t = {} for i = 1, 10 do "
+        "t[i] = coroutine.create(function(x) while true do x = coroutine.yield(x + 1) end end) end "
+        "local x = 0 while true do for i = 1, 10 do local ok ok, x = coroutine.resume(t[i], x) end end"
+    ),
+    "library_body_coroutine_forever": (
+        "local co = coroutine.create(pcall) "
+        "coroutine.resume(co, function() while true do coroutine.yield(1, 2, 3, 4, 5) end end) "
+        "while true do coroutine.resume(co) end"
+    ),
     "loop_in_sort_comparator": f"table.sort({{3, 2, 1, 5, 4}}, function(a, b) {LOOP} end)",
     "loop_in_gsub_callback": f"string.gsub('abc', '.', function() {LOOP} end)",
     "loop_in_index_metamethod": (
