@@ -135,6 +135,19 @@ end
 function wrapped.unpack(...)
   local t, i, j = ...
   if type(t) ~= "table" then return unpack_(...) end  -- the native's own argument error
+  -- Up to four values between two integral bounds, read here as the native reads them
+  -- (raw): LuaJIT compiles no call of the native unpack, so a loop that unpacks into a call
+  -- (an event's arguments handed to its handlers under pcall) ran interpreted, its checks
+  -- and its handlers' with it; this way it compiles whole, handlers included.
+  if type(i) == "number" and type(j) == "number" then
+    local n = j - i
+    if n >= 0 and n < 4 and i == floor(i) and j == floor(j) and i > -2^31 and j < 2^31 then
+      if n == 0 then return rawget_(t, i) end
+      if n == 1 then return rawget_(t, i), rawget_(t, j) end
+      if n == 2 then return rawget_(t, i), rawget_(t, i + 1), rawget_(t, j) end
+      return rawget_(t, i), rawget_(t, i + 1), rawget_(t, i + 2), rawget_(t, j)
+    end
+  end
   local first = tonumber(i) or 1
   local last = tonumber(j)
   if last == nil and type(t) == "table" then last = #t end

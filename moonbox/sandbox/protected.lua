@@ -285,7 +285,12 @@ end
 do
   local t_unpack = unpack
   local WORK_PER_STEP = config.work_per_step
-  local counted = setmetatable({}, { __mode = "k" })
+  -- The coroutines that are not counted: those whose body is a library function. Every
+  -- other coroutine a mod can resume is counted, or a host run's (host_cos). The set is
+  -- of the exceptions, so that a resume looks up a table that is almost always empty: a
+  -- table keyed by many coroutines is slow to look up (LuaJIT hashes an object by its
+  -- address, and blocks allocated together crowd a few chains; docs/metering.md).
+  local uncounted = setmetatable({}, { __mode = "k" })
   local handed, handed_rest = -1, nil  -- the count of values of the last handover
   -- Whether the running coroutine was switched to by a counted resume, whose end then
   -- reads `handed`: set around that switch, and back to the resumer's own after it (a
@@ -322,10 +327,13 @@ do
 
   function wrapped_lib.coroutine.create(...)
     local f = ...
-    if not mod_function(f) then return co_create(...) end  -- a library body, or the error
-    local co = co_create(counted_body(f))
-    counted[co] = true
-    return co
+    if type(f) ~= "function" then return co_create(...) end  -- the native's own error
+    if not mod_function(f) then  -- a library body
+      local co = co_create(f)
+      uncounted[co] = true
+      return co
+    end
+    return co_create(counted_body(f))
   end
 
   -- What a counted coroutine handed back but one value, a to d its first four values.
@@ -381,7 +389,7 @@ do
     if host_cos[co] then return false, "cannot resume non-suspended coroutine" end
     if c_depth >= MAX_C_DEPTH then raise_here(RESUME_TOO_DEEP) end
     c_depth = c_depth + 1
-    if counted[co] then
+    if not uncounted[co] then
       local nargs = select("#", ...)
       if nargs == 2 then return resume_counted(co, a) end
       if nargs == 1 then return resume_counted_bare(co) end
@@ -437,6 +445,7 @@ do
       end
     else
       local co = co_create(f)
+      uncounted[co] = true  -- coroutine.running() in its body hands it to the mod
       fn = function(...)
         if c_depth >= MAX_C_DEPTH then raise_here(RESUME_TOO_DEEP) end
         c_depth = c_depth + 1

@@ -159,6 +159,18 @@ case("table.move", "local a = {1, 2, 3, 4, 5} table.move(a, 2, 4, 1) local b = t
 case("table.move_bad", "local x = table.move({}, 'a', 2, 1)")
 case("table.unpack", "return unpack({1, 2, 3}), unpack({1, 2, 3}, 2), unpack({1, 2, 3}, 2, 3), select('#', unpack({}, 1, 3))")
 case("table.unpack_bad", "local x = unpack(nil)")
+# Short unpacks with both bounds (the guard's own path, docs/guards.md): holes, raw access
+# past __index, bounds at 0, negative, -0, near the integer limits, non-integral or numeric
+# strings (the native's path), an empty range and every length of the short path and past it.
+case("table.unpack_short", "local t = setmetatable({10, nil, 30, 40, 50, [0] = 0, [-1] = -1}, {__index = function() return 'mt' end}) "
+     "local function n(...) return select('#', ...), ... end "
+     "return show({n(unpack(t, 1, 1))}), show({n(unpack(t, 1, 2))}), show({n(unpack(t, 1, 3))}), show({n(unpack(t, 1, 4))}), "
+     "show({n(unpack(t, 1, 5))}), show({n(unpack(t, -1, 1))}), show({n(unpack(t, -0, 0))}), show({n(unpack(t, 3, 2))}), "
+     "show({n(unpack(t, 2.5, 4))}), show({n(unpack(t, '2', 3))}), show({n(unpack(t, 1, 2, 3))}), "
+     "show({n(unpack(t, 2147483646, 2147483647))}), show({n(unpack(t, -2147483648, -2147483647))})")
+case("table.unpack_short_pcall_loop", "local t, n = {}, 0 for i = 1, 300 do t[i] = {'e', i % 3, i, i + 1} end "
+     "local function h(a, b) n = n + (a or 0) + (b or 0) end "
+     "for i = 1, 300 do local e = t[i] pcall(h, unpack(e, 3, 2 + e[2])) end return n")
 case("table.unpack_too_many", "local x = unpack({}, 1, 1e7)")
 case("table.length_border", "local t = {1, 2, 3} t[5] = 5 local u = {nil, nil, 3} return #t == 3 or #t == 5, #u == 3 or #u == 0, #{n = 1}")
 case("table.next", "local t = {10} local k, v = next(t) return k, v, next(t, 1), next({})")
@@ -233,6 +245,15 @@ case("co.counted_nested_handover", "local outer = coroutine.create(function() lo
 case("co.counted_yield_through_pcall", "local co = coroutine.create(function() local ok, a, b = pcall(coroutine.yield, 1, nil) return ok, a, b, nil end) return show(coroutine.resume(co)), show(coroutine.resume(co, 'x', nil))")
 case("co.counted_error_positions", "local co = coroutine.create(function(x)\ncoroutine.yield(x)\nerror('boom')\nend) local a = {coroutine.resume(co, 1)} local ok, e = coroutine.resume(co) local f = coroutine.wrap(function()\ncoroutine.yield(1)\nerror('w')\nend) f() return a[2], ok, e, pcall(f)")
 case("co.counted_error_values", "local co = coroutine.create(function() coroutine.yield() error({code = 3}) end) coroutine.resume(co) local ok, e = coroutine.resume(co) local f = coroutine.wrap(function() error(nil) end) return ok, type(e), e.code, pcall(f)")
+# Coroutines whose body is a library function are not counted: they take the plain way,
+# every value of every handover, also when the mod reaches a wrap's coroutine by running().
+case("co.library_body_values", "local co = coroutine.create(pcall) "
+     "local a = show(coroutine.resume(co, function(...) coroutine.yield(1, nil, 3, nil, 5, nil) return ... end, 'a', nil, 'c', nil, 'e', nil)) "
+     "local b = show(coroutine.resume(co, 'x', nil)) local c2 = coroutine.create(select) "
+     "return a, b, show(coroutine.resume(c2, 2, 'a', 'b', 'c', 'd', 'e', nil)), show(coroutine.resume(c2))")
+case("co.library_wrap_resumed_by_running", "local saved local w = coroutine.wrap(pcall) "
+     "local r = show(w(function() saved = coroutine.running() local a, b = coroutine.yield(1, 2, 3, 4, 5, nil) return a, b, nil, nil, 'z', nil end)) "
+     "return r, show(coroutine.resume(saved, 'p', nil)), coroutine.status(saved), show(coroutine.resume(saved))")
 case("co.counted_dead_and_self", "local co co = coroutine.create(function() return coroutine.resume(co) end) local r = show(coroutine.resume(co)) local f = coroutine.wrap(function() return 1 end) f() return r, show(coroutine.resume(co)), show(coroutine.resume(co, 1)), pcall(f), pcall(f, 1)")
 case("co.counted_many_values", "local co = coroutine.create(function(...) coroutine.yield(...) return ... end) local t = {} for i = 1, 300 do t[i] = i end local a = {coroutine.resume(co, unpack(t))} local b = {coroutine.resume(co)} return #a, a[301], #b, show(coroutine.resume(co))")
 case("co.counted_mixed_paths", "local b = coroutine.create(function() while true do coroutine.yield(1, nil, 3) end end) local a = coroutine.create(function(x, y, z) local r = {coroutine.resume(b)} coroutine.yield(#r, r[4]) r = {coroutine.resume(b, 1, 2, 3)} coroutine.yield(#r, nil, nil) local w = coroutine.wrap(function() coroutine.yield(5, 4, 3, 2, 1) end) coroutine.yield(w()) return 'end', nil end) return show(coroutine.resume(a, 1, 2, 3)), show(coroutine.resume(a)), show(coroutine.resume(a, 'x')), show(coroutine.resume(a, 1, 2)), show(coroutine.resume(a))")

@@ -575,6 +575,16 @@ LOOP_SHAPES = {
         "local co = coroutine.wrap(function() while true do coroutine.yield() end end) "
         "while true do co() end"
     ),
+    "coroutine_ring_forever": (
+        "local t = {} for i = 1, 10 do "
+        "t[i] = coroutine.create(function(x) while true do x = coroutine.yield(x + 1) end end) end "
+        "local x = 0 while true do for i = 1, 10 do local ok ok, x = coroutine.resume(t[i], x) end end"
+    ),
+    "library_body_coroutine_forever": (
+        "local co = coroutine.create(pcall) "
+        "coroutine.resume(co, function() while true do coroutine.yield(1, 2, 3, 4, 5) end end) "
+        "while true do coroutine.resume(co) end"
+    ),
     "loop_in_sort_comparator": f"table.sort({{3, 2, 1, 5, 4}}, function(a, b) {LOOP} end)",
     "loop_in_gsub_callback": f"string.gsub('abc', '.', function() {LOOP} end)",
     "loop_in_index_metamethod": (
@@ -644,6 +654,16 @@ LOOP_SHAPES = {
     "base_case_comparing_long_strings": (
         "local s = string.rep('x', 2^20) local t = s .. 'y' "
         "local function f(a) if s < a then return 1 end return f(t) end while true do f(t) end"
+    ),
+    # Short unpacks run as the guard's own Lua code, so a dispatch loop through pcall and
+    # unpack compiles whole, handlers included: its checks and the handlers' stop it.
+    "dispatch_loop_through_pcall_and_unpack": (
+        "local e = {'hit', 2, 1, 2} local function h(a, b) return a + b end "
+        "while true do pcall(h, unpack(e, 3, 2 + e[2])) end"
+    ),
+    "recursion_through_pcall_and_unpack": (
+        "local e = {1, 2} local function h(a, b) return pcall(h, unpack(e, 1, 2)) end "
+        "while true do h(1, 2) end"
     ),
     "gsub_callbacks_forever": (
         "local s = string.rep('a', 1000) while true do s = s:gsub('a', function(c) return c end) end"
