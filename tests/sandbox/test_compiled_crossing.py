@@ -142,9 +142,7 @@ return unpack(r, 1, #r)
         shown = _shown(a.run(source, "=x"))
         assert shown == _shown(b.run(source, "=x"))
         assert shown[0] == "done", shown
-        # More than 16 arguments go the prelude's way.
-        assert a._resumer.crossed == (3 if len(values) <= 16 else 0)
-        assert b._resumer.crossed == 0
+        assert a._resumer.crossed == 3 and b._resumer.crossed == 0
 
 
 KEYS = st.one_of(st.text("abcxyz", min_size=1, max_size=6), st.integers(-5, 40),
@@ -220,6 +218,17 @@ def test_a_failure_through_the_crossing_names_the_mods_line(monkeypatch):
         out = sb.run('local x = 1\nrefuse("a")', "=m")
         assert out.status == "error"
         assert str(out.error).startswith("m:2: refuse: no: ('a',)"), str(out.error)
+
+
+def test_more_arguments_than_the_crossing_takes_go_the_preludes_way(monkeypatch):
+    sb, echo, _ = _sandbox(True, monkeypatch)
+    with sb:
+        args = ", ".join(str(i) for i in range(35))
+        assert sb.run(f"return select('#', echo({args}))").values == (35,)
+        assert sb._resumer.crossed == 0 and echo.calls == [tuple(range(35))]
+        args = ", ".join(str(i) for i in range(34))
+        assert sb.run(f"return select('#', echo({args}))").values == (34,)
+        assert sb._resumer.crossed == 1
 
 
 def test_a_closed_binding_sends_host_calls_the_preludes_way(monkeypatch):
