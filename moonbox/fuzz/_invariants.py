@@ -165,8 +165,10 @@ ISOLATED_MEMORY_LIMIT_BYTES = 768 << 20
 # How much later than the checker's margin the watchdog kills an isolated worker: a late
 # resume is a wall-time finding first, then a hang.
 ISOLATED_KILL_AFTER_S = 0.5
-_PYTHON_LEAKS = ("Traceback (most recent call last)", "_LuaTable", "_LuaFunction",
-                 "LuaError", "<Lua table", "<Lua function", "lupa.")  # fmt: skip
+# Text that only the host's side would show (the generator never writes them itself: a
+# program reporting its own literal would be taken for a leak).
+HOST_MARKERS = ("Traceback (most recent call last)", "_LuaTable", "_LuaFunction",
+                "LuaError", "<Lua table", "<Lua function", "lupa.")  # fmt: skip
 _STATUSES = ("done", "yielded", "error", "budget")
 _ERROR_KINDS = ("syntax", "runtime", "denied")
 _BUDGET_KINDS = ("steps", "memory", "time")
@@ -246,7 +248,7 @@ def _text_problem(text: str, path: str) -> str | None:
         # real address of this 64-bit host is far above them.
         if int(m.group(0), 16) >= _SMALLEST_ADDRESS:
             return f"{path} shows what looks like a host address ({m.group(0)}): {text[:120]!r}"
-    for marker in _PYTHON_LEAKS:
+    for marker in HOST_MARKERS:
         if marker in text:
             return f"{path} shows host internals ({marker!r}): {text[:120]!r}"
     return None
