@@ -642,7 +642,7 @@ LOOP_SHAPES = {
     ),
     "wide_recursion_through_base_cases": (
         "local function fib(n) if n < 2 then return n end return fib(n - 1) + fib(n - 2) end "
-        "return fib(200)"
+        "while true do fib(25) end"
     ),
     "recursion_past_two_base_cases": (
         "local function f(m, n) if m < 0 then return 0 end if n < 0 then return 1 end "
