@@ -142,7 +142,10 @@ return unpack(r, 1, #r)
         shown = _shown(a.run(source, "=x"))
         assert shown == _shown(b.run(source, "=x"))
         assert shown[0] == "done", shown
-        assert a._resumer.crossed == 3 and b._resumer.crossed == 0
+        # Under the count hook the window may hold less than a call's cost at the call
+        # (the hook takes its steps in lumps): that call goes the prelude's way.
+        assert a._resumer.crossed == 3 if jit else a._resumer.crossed <= 3
+        assert b._resumer.crossed == 0
 
 
 KEYS = st.one_of(st.text("abcxyz", min_size=1, max_size=6), st.integers(-5, 40),
@@ -190,7 +193,8 @@ return unpack(keys, 1, #keys)
                     assert list(got) == list(out.values)
         if jit:
             assert out_a.stats.steps == out_b.stats.steps
-        assert a._resumer.crossed == (1 if flat else 0)
+        if jit or not flat:  # (see test_the_crossing_answers_as_the_preludes)
+            assert a._resumer.crossed == (1 if flat else 0)
 
 
 def test_an_overdrawn_window_takes_the_preludes_way_and_trips(monkeypatch):
