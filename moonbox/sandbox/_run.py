@@ -278,15 +278,13 @@ class Run(ReportLines):
         sb._deadline = start + sb._wall_s_limit
         sb._running = self  # after the deadline: the alarm reads them in this order
         try:
+            res = NotImplemented  # (what only the prelude's way sets up)
             if self._c_co:
                 res = _c_call(sb._resumer, self._c_co, self._c_run, self._id, start,
                               sb._call_growth_limited, sb._call_fresh, *args)
                 if res is None:  # an end other than a plain yield: the prelude answered it
                     res = sb._h_take_end()
-                elif res is NotImplemented:  # what only the prelude's way sets up
-                    res = sb._h_call(self._id, start, sb._call_growth_limited, sb._call_fresh,
-                                     *args)
-            else:
+            if res is NotImplemented:
                 res = sb._h_call(self._id, start, sb._call_growth_limited, sb._call_fresh,
                                  *args)
         except lua.LuaMemoryError:

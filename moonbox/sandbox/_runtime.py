@@ -160,12 +160,9 @@ def bind_resume(host: Any, dispatch: Any) -> Any:
     where there is none: every call then takes the prelude's host.call. It also gives the
     host functions made after it the compiled crossing to ``dispatch`` (the sandbox's
     dispatcher), and the prelude the way to take what only lupa converts."""
-    if _resume is None or os.environ.get(CROSSING_ENV) == "lua":
-        crossing = None
-    else:
-        crossing = dispatch
     if _resume is None:
         return None
+    crossing = None if os.environ.get(CROSSING_ENV) == "lua" else dispatch
     holder = int(host[b"call_end_address"].rpartition(b"0x")[2], 16)
     resumer = _resume[0](lua.__file__, holder, int(host[b"meter_address"]), lua.LuaMemoryError,
                          lua.LuaError, crossing, host[b"host_failed"])

@@ -129,10 +129,10 @@ do
   -- crosses as its pairs, walked here: see flat_call). It answers with a
   -- marker first: C_OK and the results; C_PRELUDE and the arguments, having done
   -- nothing (the prelude's way then does it all); C_TAKE, the results waiting with the
-  -- host (values only lupa converts); or C_FAILED and the message.
-  c_host = registry["moonbox.c_host"]
-  local C_OK, C_PRELUDE = registry["moonbox.c_ok"], registry["moonbox.c_prelude"]
-  local C_TAKE, C_FAILED = registry["moonbox.c_take"], registry["moonbox.c_failed"]
+  -- host (values only lupa converts); or C_FAILED and the message. The host binds it
+  -- after the prelude has run, before it makes the host functions: read from the registry
+  -- by the first of them.
+  local C_OK, C_PRELUDE, C_TAKE, C_FAILED
 
   function c_after(id, cost, first, ...)
     if first == C_OK then return ... end
@@ -147,7 +147,7 @@ do
     elseif not (cost > 0) then
       cost = 0
     end
-    if c_host == nil then
+    if c_host == nil then  -- (nil again where the host bound none)
       c_host = registry["moonbox.c_host"]
       C_OK, C_PRELUDE = registry["moonbox.c_ok"], registry["moonbox.c_prelude"]
       C_TAKE, C_FAILED = registry["moonbox.c_take"], registry["moonbox.c_failed"]

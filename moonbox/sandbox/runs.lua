@@ -175,14 +175,19 @@ function host.set_budget(steps, wall_s, total_limit, preempt, alloc_bytes, max_m
   M.host_call_max_kb = max_memory / 1024 - HOST_CALL_MARGIN_KB
 end
 
--- Sets the meter up for a resume of `run` that starts at `start`, with the heap at `kb`.
-local function begin(run, start, growth_limited, kb)
+-- Ends what a trip left (the flag is sticky until then) and the C depth of what unwound.
+local function clear_trip()
   if tripped then
     tripped = false
     M.tripped = false
     t_kind, t_chunk, t_line = nil, nil, nil
   end
   c_depth = 0
+end
+
+-- Sets the meter up for a resume of `run` that starts at `start`, with the heap at `kb`.
+local function begin(run, start, growth_limited, kb)
+  clear_trip()
   M.used = 0
   M.total_base = run.s.total
   M.run_co = run.addr
@@ -267,12 +272,7 @@ do
   -- when the next resume begins: a resume the host's compiled path begins (_resume.c)
   -- cannot reach these upvalues, and starts from what this left.
   local function clean(...)
-    if tripped then
-      tripped = false
-      M.tripped = false
-      t_kind, t_chunk, t_line = nil, nil, nil
-    end
-    c_depth = 0
+    clear_trip()
     return ...
   end
 
