@@ -760,8 +760,63 @@ call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(layout_doc,
+"layout() -> ((size, ((field, offset), ...)), (size, ((field, offset), ...)))\n\n"
+"How this module lays out moonbox_meter and moonbox_run, which meter.lua declares to the\n"
+"FFI too: the two must agree, field for field.");
+
+typedef struct {
+    const char *name;
+    size_t offset;
+} Field;
+
+#define FIELD(type, name) {#name, offsetof(type, name)}
+static const Field METER_FIELDS[] = {
+    FIELD(Meter, window), FIELD(Meter, poll), FIELD(Meter, active), FIELD(Meter, tripped),
+    FIELD(Meter, growth_limited), FIELD(Meter, preempt), FIELD(Meter, hook_pending),
+    FIELD(Meter, host_call_max_kb), FIELD(Meter, granted), FIELD(Meter, used),
+    FIELD(Meter, total_base), FIELD(Meter, start), FIELD(Meter, deadline),
+    FIELD(Meter, alloc_kb), FIELD(Meter, start_kb), FIELD(Meter, peak_kb), FIELD(Meter, k),
+    FIELD(Meter, last_poll), FIELD(Meter, run_co), FIELD(Meter, heap_block),
+    FIELD(Meter, margin_kb), FIELD(Meter, steps), FIELD(Meter, wall_s),
+    FIELD(Meter, total_limit), FIELD(Meter, alloc_bytes), FIELD(Meter, max_memory),
+};
+static const Field RUN_FIELDS[] = {
+    FIELD(RunFigures, total), FIELD(RunFigures, peak), FIELD(RunFigures, dead),
+};
+#undef FIELD
+
+/* (size, ((field, offset), ...)) of one struct. */
+static PyObject *
+struct_layout(size_t size, const Field *fields, size_t n)
+{
+    PyObject *items = PyTuple_New((Py_ssize_t)n);
+    if (items == NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        PyObject *item = Py_BuildValue("(sn)", fields[i].name, (Py_ssize_t)fields[i].offset);
+        if (item == NULL) {
+            Py_DECREF(items);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(items, (Py_ssize_t)i, item);
+    }
+    return Py_BuildValue("(nN)", (Py_ssize_t)size, items);
+}
+
+static PyObject *
+layout(PyObject *self, PyObject *unused)
+{
+    return Py_BuildValue(
+        "(NN)",
+        struct_layout(sizeof(Meter), METER_FIELDS, sizeof METER_FIELDS / sizeof *METER_FIELDS),
+        struct_layout(sizeof(RunFigures), RUN_FIELDS, sizeof RUN_FIELDS / sizeof *RUN_FIELDS));
+}
+
 static PyMethodDef methods[] = {
     {"bind", bind, METH_VARARGS, bind_doc},
+    {"layout", layout, METH_NOARGS, layout_doc},
     {"call", (PyCFunction)(void (*)(void))call, METH_FASTCALL, call_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -49,7 +49,8 @@ end
 -- The meter's state is one struct (moonbox_meter), the cell its first two fields: the host's
 -- compiled resume (_resume.c, which declares the same struct) sets it up before a resume
 -- and accounts it after, without running any of the prelude's Lua; the prelude's own
--- resume (begin and settle in runs.lua) does the same work on the same fields. One block
+-- resume (begin and settle in runs.lua) does the same work on the same fields (a test holds
+-- the two declarations to one layout: test_compiled_resume.py). One block
 -- per runtime, where separate upvalues were dozens of objects: at a thousand runtimes a
 -- resume's cost is mostly the memory it touches that the other runtimes pushed out of the
 -- caches. Booleans are C bools, which the FFI reads as Lua booleans. The fields the

@@ -67,6 +67,22 @@ def _calls(sb: Sandbox, actions: list[tuple[int, int]]) -> list[Any]:
     return answers
 
 
+def test_the_structs_are_laid_out_alike_in_c_and_in_the_ffi():
+    # Declared twice (meter.lua's cdef, _resume.c): a field out of place would be read and
+    # written at another's offset. Sizes and every field's offset agree.
+    from moonbox.sandbox._resume import layout
+
+    with Sandbox(BUDGET) as sb:
+        for ctype, (size, fields) in zip(("moonbox_meter", "moonbox_run"), layout(), strict=True):
+            got = sb._rt.execute(
+                "local ffi, ctype, names = require('ffi'), ... "
+                "local out = {ffi.sizeof(ctype)} "
+                "for i, name in ipairs(names) do out[i + 1] = ffi.offsetof(ctype, name) end "
+                "return unpack(out)", ctype.encode(),
+                sb._rt.table_from([n.encode() for n, _ in fields]))
+            assert got == (size, *(offset for _, offset in fields)), ctype
+
+
 def test_the_steady_state_never_runs_the_preludes_call(make_sandbox):
     sb = make_sandbox(BUDGET)
     run = sb.start(SCRIPT, "=calls")
