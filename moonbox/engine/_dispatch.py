@@ -4,6 +4,7 @@ budgeted resume of the mod's dispatcher, its outcome settled here."""
 from __future__ import annotations
 
 import heapq
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,9 +12,10 @@ from typing import Any
 from .._errors import MoonboxError, ScriptError
 from ..isolation import WorkerCrashed, WorkerPool
 from ..sandbox import Budget, Outcome
+from ..sandbox._run import Run
 from ..world import CommandResult, World
 from ._limits import ModLimits
-from ._mod import Callback, Event, Failure, Mod, Task
+from ._mod import Callback, Event, Failure, Mod, ModStats, Task
 from ._protocol import (
     DONE_ONLY,
     FAILED,
@@ -27,6 +29,26 @@ from ._protocol import (
 
 WORKER_STATS_INTERVAL_S = 1.0
 """How often, at most, a ticking isolated game reads its workers' memory and CPU."""
+
+TICK_ENV = "MOONBOX_ENGINE_TICK"
+"""Set to ``python`` to run every mod's tick in this module's Python, not the compiled
+tick's loop (``_tick.c``): the same calls, for comparison."""
+
+# The compiled tick (see _tick.c), or None: no C compiler where moonbox was installed, no
+# compiled resume, or TICK_ENV says "python".
+_compiled_tick: Any = None
+if os.environ.get(TICK_ENV) != "python":
+    try:
+        from . import _tick
+    except ImportError:
+        pass
+    else:
+        try:
+            _tick.set_up(Mod, Callback, ModStats, Run)
+        except ImportError:  # the compiled resume is missing
+            pass
+        else:
+            _compiled_tick = _tick.tick
 
 
 @dataclass
@@ -105,14 +127,23 @@ class Dispatch:
         self._ticking = True
         try:
             self._deliver()
-            start = None  # when the next mod's calls may start: the end of the last ones
-            for mod in list(self._mods.values()):
-                if mod.quarantine is None:
-                    try:
-                        start = self._run_mod_tick(mod, t, start)
-                    except Exception as exc:  # noqa: BLE001 - one mod, never the whole tick
-                        start = None
-                        self._broken(mod, exc)
+            mods = list(self._mods.values())
+            # Most mods are steady (their one tick handler, nothing else due): the compiled
+            # tick calls those itself and hands the others to _tick_slow, in order.
+            calls = None if _compiled_tick is None else _compiled_tick(
+                mods, t, self._chain, self._tick_slow, self._tick_finish,
+                self._tick_reported, self._broken)
+            if calls is None:
+                start = None  # when the next mod's calls may start: the end of the last
+                for mod in mods:
+                    if mod.quarantine is None:
+                        try:
+                            start = self._run_mod_tick(mod, t, start)
+                        except Exception as exc:  # noqa: BLE001 - one mod, not the tick
+                            start = None
+                            self._broken(mod, exc)
+            else:
+                report.calls += calls
             results = self.world.apply()
             report.results = results
             self._route(results)
@@ -164,6 +195,47 @@ class Dispatch:
             return None
         finally:
             chain.pop()
+        return self._tick_handler_ended(mod, run, cb, start, res)
+
+    def _tick_slow(self, mod: Mod) -> None:
+        """A mod's tick that the compiled tick hands over: all of it, as the loop of
+        :meth:`tick` runs it."""
+        if mod.quarantine is None:
+            try:
+                self._run_mod_tick(mod, self._tick)
+            except Exception as exc:  # noqa: BLE001 - one mod, never the whole tick
+                self._broken(mod, exc)
+
+    def _tick_finish(self, mod: Mod, run: Run, cb: Callback, start: float, res: Any,
+                     error: BaseException | None) -> None:
+        """The end of a call of a mod's tick handler that the compiled tick made and that
+        did not end plainly (``res``, or ``error``, as the compiled resume answered: see
+        Run._finish_call); the mod's id is still on the chain."""
+        try:
+            try:
+                ended = run._finish_call(start, res, (cb.id, self._tick), error)
+            except MoonboxError as exc:
+                self._lost(mod, f"lost its runtime: {exc}")
+                return
+            finally:
+                self._chain.pop()
+            self._tick_handler_ended(mod, run, cb, start, ended)
+        except Exception as exc:  # noqa: BLE001 - one mod, never the whole tick
+            self._broken(mod, exc)
+
+    def _tick_reported(self, mod: Mod, run: Run, cb: Callback, start: float,
+                       steps: int) -> None:
+        """A plain call of the compiled tick that reported lines: taken here."""
+        try:
+            self._tick_handler_ended(mod, run, cb, start, steps)
+        except Exception as exc:  # noqa: BLE001 - one mod, never the whole tick
+            self._broken(mod, exc)
+
+    def _tick_handler_ended(self, mod: Mod, run: Any, cb: Callback, start: float,
+                            res: int | Outcome) -> float | None:
+        """How a call of the mod's one tick handler ended: its reports, then its
+        accounting (a plain end) or its settling; the clock reading at its end when it
+        ended plainly."""
         end = run.ended_at
         if run.reports:
             if run.reports_dropped_now:

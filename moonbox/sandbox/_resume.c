@@ -34,6 +34,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include "_resume.h"
 
 typedef struct lua_State lua_State;
 typedef int (*lua_CFunction)(lua_State *L);
@@ -585,69 +588,62 @@ end_protected(lua_State *T)
     return 0;
 }
 
-PyDoc_STRVAR(call_doc,
-"call(resumer, co, run, id, start, growth_limited, fresh, *args)\n\n"
-"host.call(id, start, growth_limited, fresh, *args), compiled: ``co`` and ``run`` are the\n"
-"addresses host.run_addresses gave for run ``id``, the arguments numbers, booleans or\n"
-"None. Answers the steps (a plain yield), (0, steps, peak, heap) (a plain yield whose\n"
-"figures changed), False (the run is over), None (any other end: host.take_end has the\n"
-"answer) or NotImplemented (take host.call's way; nothing changed).");
+/* How a compiled call ended (do_call). */
+enum {
+    CALL_PLAIN,    /* a yield of nothing within the budget: steps */
+    CALL_FIGURES,  /* the same, its figures changed: steps, peak, heap (block: moved) */
+    CALL_DEAD,     /* the run was over: nothing ran */
+    CALL_OTHER,    /* any other end: host.take_end has the answer */
+    CALL_NOTIMPL,  /* take host.call's way: nothing changed */
+    CALL_ERROR,    /* host.call_end failed: the exception is set */
+};
 
-static PyObject *
-call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+typedef struct {
+    double steps, peak, heap;
+    int moved;  /* CALL_FIGURES: the heap moved to another 64 KiB block */
+} CallFigures;
+
+/* host.call(id, start, growth_limited, fresh, ...args), compiled (see call_doc): the
+ * arguments None, booleans, ints or floats (anything else: CALL_NOTIMPL, as for more than
+ * 16 of them). */
+static int
+do_call(Resumer *r, lua_State *co, RunFigures *run, double id, double start,
+        int growth_limited, int fresh, PyObject *const *args, int n, CallFigures *out)
 {
-    if (nargs < 7 || Py_TYPE(args[0]) != &ResumerType) {
-        PyErr_SetString(PyExc_TypeError, "call(resumer, co, run, id, start, growth_limited, "
-                        "fresh, *args)");
-        return NULL;
-    }
-    Resumer *r = (Resumer *)args[0];
-    lua_State *co = (lua_State *)PyLong_AsVoidPtr(args[1]);
-    RunFigures *run = (RunFigures *)PyLong_AsVoidPtr(args[2]);
-    double id = PyFloat_AsDouble(args[3]);
-    double start = PyFloat_AsDouble(args[4]);
-    if (PyErr_Occurred()) {
-        return NULL;
-    }
-    int growth_limited = PyObject_IsTrue(args[5]);
-    int fresh = PyObject_IsTrue(args[6]);
     Meter *M = r->meter;
-    if (!r->open || co == NULL || run == NULL || growth_limited < 0 || fresh < 0 ||
-            M->hook_pending || M->tripped || M->active) {
-        Py_RETURN_NOTIMPLEMENTED;
+    if (!r->open || co == NULL || run == NULL || M->hook_pending || M->tripped || M->active) {
+        return CALL_NOTIMPL;
     }
     if (run->dead) {
-        Py_RETURN_FALSE;
+        return CALL_DEAD;
     }
-    if (api.status(co) != LUA_YIELD || api.gettop(co) != 0) {
-        Py_RETURN_NOTIMPLEMENTED;
-    }
-    int n = (int)(nargs - 7);
-    if (n > 16) {
-        Py_RETURN_NOTIMPLEMENTED;  /* a suspended coroutine has room for this many */
+    if (api.status(co) != LUA_YIELD || api.gettop(co) != 0 || n > 16) {
+        return CALL_NOTIMPL;  /* a suspended coroutine has room for 16 arguments */
     }
     for (int i = 0; i < n; i++) {  /* checked first: nothing is pushed for a refusal */
-        PyObject *v = args[7 + i];
+        PyObject *v = args[i];
         if (!(v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) ||
               PyFloat_CheckExact(v))) {
-            Py_RETURN_NOTIMPLEMENTED;
+            return CALL_NOTIMPL;
         }
     }
     for (int i = 0; i < n; i++) {
-        PyObject *v = args[7 + i];
+        PyObject *v = args[i];
         if (v == Py_None) {
             api.pushnil(co);
         } else if (PyBool_Check(v)) {
             api.pushboolean(co, v == Py_True);
         } else if (PyLong_CheckExact(v)) {
-            api.pushnumber(co, PyLong_AsDouble(v));
+            double d = PyLong_AsDouble(v);
+            if (d == -1.0 && PyErr_Occurred()) {
+                PyErr_Clear();
+                api.settop(co, 0);
+                return CALL_NOTIMPL;  /* too large for a double: host.call refuses it */
+            }
+            api.pushnumber(co, d);
         } else {
             api.pushnumber(co, PyFloat_AS_DOUBLE(v));
         }
-    }
-    if (PyErr_Occurred()) {
-        api.settop(co, 0);
-        return NULL;
     }
 
     /* begin (runs.lua), on the struct. */
@@ -718,22 +714,18 @@ call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     int values = ok ? api.gettop(co) : 1;
     if (plain && status == LUA_YIELD && values == 0) {
         double peak = M->peak_kb * 1024, block = floor(kb / 64);
+        out->steps = M->used;
         if (peak > run->peak || block != M->heap_block) {
             if (peak > run->peak) {
                 run->peak = peak;
             }
+            out->moved = block != M->heap_block;
             M->heap_block = block;
-            PyObject *figures = PyTuple_New(4);
-            if (figures == NULL) {
-                return NULL;
-            }
-            PyTuple_SET_ITEM(figures, 0, PyLong_FromLong(0));
-            PyTuple_SET_ITEM(figures, 1, number(M->used));
-            PyTuple_SET_ITEM(figures, 2, number(run->peak));
-            PyTuple_SET_ITEM(figures, 3, number(kb * 1024));
-            return figures;
+            out->peak = run->peak;
+            out->heap = kb * 1024;
+            return CALL_FIGURES;
         }
-        return number(M->used);
+        return CALL_PLAIN;
     }
     /* Any other end: host.call_end answers it, as ends.call would, with the values the
      * coroutine answered (the top of its stack: for an error, the error value alone; the
@@ -754,11 +746,366 @@ call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                          api.type(r->thread, -1));
         }
         api.settop(r->thread, 0);
-        return NULL;
+        return CALL_ERROR;
     }
     api.settop(r->thread, 0);
+    return CALL_OTHER;
+}
+
+/* do_call's end as host.call answers it: the steps, (0, steps, peak, heap), False, None,
+ * NotImplemented; NULL for CALL_ERROR. */
+static PyObject *
+call_answer(int kind, const CallFigures *f)
+{
+    switch (kind) {
+    case CALL_PLAIN:
+        return number(f->steps);
+    case CALL_FIGURES:
+        return Py_BuildValue("(iNNN)", 0, number(f->steps), number(f->peak),
+                             number(f->heap));
+    case CALL_DEAD:
+        Py_RETURN_FALSE;
+    case CALL_OTHER:
+        Py_RETURN_NONE;
+    case CALL_NOTIMPL:
+        Py_RETURN_NOTIMPLEMENTED;
+    default:
+        return NULL;
+    }
+}
+
+PyDoc_STRVAR(call_doc,
+"call(resumer, co, run, id, start, growth_limited, fresh, *args)\n\n"
+"host.call(id, start, growth_limited, fresh, *args), compiled: ``co`` and ``run`` are the\n"
+"addresses host.run_addresses gave for run ``id``, the arguments numbers, booleans or\n"
+"None. Answers the steps (a plain yield), (0, steps, peak, heap) (a plain yield whose\n"
+"figures changed), False (the run is over), None (any other end: host.take_end has the\n"
+"answer) or NotImplemented (take host.call's way; nothing changed).");
+
+static PyObject *
+call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 7 || Py_TYPE(args[0]) != &ResumerType) {
+        PyErr_SetString(PyExc_TypeError, "call(resumer, co, run, id, start, growth_limited, "
+                        "fresh, *args)");
+        return NULL;
+    }
+    Resumer *r = (Resumer *)args[0];
+    lua_State *co = (lua_State *)PyLong_AsVoidPtr(args[1]);
+    RunFigures *run = (RunFigures *)PyLong_AsVoidPtr(args[2]);
+    double id = PyFloat_AsDouble(args[3]);
+    double start = PyFloat_AsDouble(args[4]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    int growth_limited = PyObject_IsTrue(args[5]);
+    int fresh = PyObject_IsTrue(args[6]);
+    if (growth_limited < 0 || fresh < 0) {
+        PyErr_Clear();
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    CallFigures f;
+    int kind = do_call(r, co, run, id, start, growth_limited, fresh, args + 7,
+                       (int)(nargs - 7), &f);
+    return call_answer(kind, &f);
+}
+
+/* Run.call compiled (_run.py): the same checks of the run's and its sandbox's steady
+ * state, read from their slots, the same bookkeeping of a plain end. For a host that
+ * calls many runs in a row from C (the engine's tick, moonbox/engine/_tick.c), through
+ * the capsule below: Python runs only for the calls that need it. */
+
+/* The slots it reads and writes, by their offsets in Run and Sandbox (set_up). */
+static struct {
+    PyTypeObject *run_type, *sandbox_type;
+    PyObject *monotonic, *process_time;  /* the clocks a sandbox may read */
+    Py_ssize_t run_sandbox, run_open, run_reports, run_dropped_now, run_report_chars,
+        run_c_co, run_c_run, run_id, run_steps, run_wall, run_resumes, run_ended_at,
+        run_peak;
+    Py_ssize_t sb_running, sb_call_limit, sb_current_limit, sb_lua_budget, sb_budget,
+        sb_dropped, sb_watchdog, sb_start, sb_deadline, sb_wall_s_limit, sb_late_s,
+        sb_growth, sb_fresh, sb_clock, sb_resumer;
+    int ready;
+} steady;
+
+#define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
+
+/* The offset of slot `name` of `type` (a member descriptor of an object slot), or -1. */
+static Py_ssize_t
+slot_offset(PyObject *type, const char *name)
+{
+    PyObject *d = PyObject_GetAttrString(type, name);
+    if (d == NULL) {
+        return -1;
+    }
+    Py_ssize_t off = -1;
+    if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type == T_OBJECT_EX && !(m->flags & READONLY)) {
+            off = m->offset;
+        }
+    }
+    Py_DECREF(d);
+    if (off < 0) {
+        PyErr_Format(PyExc_TypeError, "%s is not an object slot", name);
+    }
+    return off;
+}
+
+/* Sets a slot to a new reference (NULL: fails, as the value's making did). */
+static inline int
+set_slot(PyObject *o, Py_ssize_t off, PyObject *v)
+{
+    if (v == NULL) {
+        return -1;
+    }
+    PyObject *old = SLOT(o, off);
+    SLOT(o, off) = v;
+    Py_XDECREF(old);
+    return 0;
+}
+
+/* slot += delta (ints or floats, as Python adds them). */
+static inline int
+add_to_slot(PyObject *o, Py_ssize_t off, PyObject *delta)
+{
+    if (delta == NULL) {
+        return -1;
+    }
+    PyObject *old = SLOT(o, off);
+    PyObject *sum = old == NULL ? NULL : PyNumber_Add(old, delta);
+    Py_DECREF(delta);
+    return sum == NULL ? -1 : set_slot(o, off, sum);
+}
+
+/* The sandbox's clock, read as time.monotonic and time.process_time read it. */
+static double
+clock_now(int process)
+{
+    struct timespec ts;
+    clock_gettime(process ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+    long long ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    return (double)ns / 1e9;
+}
+
+PyDoc_STRVAR(set_up_doc,
+"set_up(Run, Sandbox, monotonic, process_time)\n\n"
+"The classes whose slots run_call reads and the clocks a sandbox reads (time.monotonic,\n"
+"time.process_time). Until it is called, run_call answers RUN_BEFORE.");
+
+static PyObject *
+set_up(PyObject *self, PyObject *args)
+{
+    PyObject *run, *sandbox, *monotonic, *process_time;
+    if (!PyArg_ParseTuple(args, "O!O!OO:set_up", &PyType_Type, &run, &PyType_Type, &sandbox,
+                          &monotonic, &process_time)) {
+        return NULL;
+    }
+#define RUN(field, name) if ((steady.field = slot_offset(run, name)) < 0) return NULL;
+#define SB(field, name) if ((steady.field = slot_offset(sandbox, name)) < 0) return NULL;
+    RUN(run_sandbox, "sandbox") RUN(run_open, "_open") RUN(run_reports, "reports")
+    RUN(run_dropped_now, "reports_dropped_now") RUN(run_report_chars, "_report_chars")
+    RUN(run_c_co, "_c_co") RUN(run_c_run, "_c_run") RUN(run_id, "_id")
+    RUN(run_steps, "_steps") RUN(run_wall, "_wall_s") RUN(run_resumes, "resumes")
+    RUN(run_ended_at, "ended_at") RUN(run_peak, "peak_bytes")
+    SB(sb_running, "_running") SB(sb_call_limit, "_call_limit")
+    SB(sb_current_limit, "_current_limit") SB(sb_lua_budget, "_lua_budget")
+    SB(sb_budget, "budget") SB(sb_dropped, "_dropped") SB(sb_watchdog, "_watchdog")
+    SB(sb_start, "_start") SB(sb_deadline, "_deadline") SB(sb_wall_s_limit, "_wall_s_limit")
+    SB(sb_late_s, "_late_s") SB(sb_growth, "_call_growth_limited")
+    SB(sb_fresh, "_call_fresh") SB(sb_clock, "_clock") SB(sb_resumer, "_resumer")
+#undef RUN
+#undef SB
+    Py_INCREF(run);
+    Py_XSETREF(steady.run_type, (PyTypeObject *)run);
+    Py_INCREF(sandbox);
+    Py_XSETREF(steady.sandbox_type, (PyTypeObject *)sandbox);
+    Py_INCREF(monotonic);
+    Py_XSETREF(steady.monotonic, monotonic);
+    Py_INCREF(process_time);
+    Py_XSETREF(steady.process_time, process_time);
+    steady.ready = 1;
     Py_RETURN_NONE;
 }
+
+/* A slot's truth, as `not x` tests it; -1 for a slot not set (or a failure). */
+static inline int
+truth(PyObject *o, Py_ssize_t off)
+{
+    PyObject *v = SLOT(o, off);
+    if (v == Py_True) {
+        return 1;
+    }
+    if (v == Py_False || v == Py_None) {
+        return 0;
+    }
+    if (v == NULL) {
+        return -1;
+    }
+    int t = PyObject_IsTrue(v);
+    if (t < 0) {
+        PyErr_Clear();
+    }
+    return t;
+}
+
+/* A slot holding a float or an int, as a double; NAN when it holds neither. */
+static inline double
+slot_double(PyObject *o, Py_ssize_t off)
+{
+    PyObject *v = SLOT(o, off);
+    if (v != NULL && PyFloat_CheckExact(v)) {
+        return PyFloat_AS_DOUBLE(v);
+    }
+    if (v != NULL && PyLong_CheckExact(v)) {
+        double d = PyLong_AsDouble(v);
+        if (d == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return NAN;
+        }
+        return d;
+    }
+    return NAN;
+}
+
+/* An int slot's value, when it is an int of at most 2^53 either way. */
+static inline int
+slot_exact(PyObject *o, Py_ssize_t off, long long *out)
+{
+    PyObject *v = SLOT(o, off);
+    if (v == NULL || !PyLong_CheckExact(v)) {
+        return 0;
+    }
+    int overflow = 0;
+    long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (n == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = n;
+    return n >= -(1LL << 53) && n <= (1LL << 53);
+}
+
+/* Run.call(start, *args) compiled (start NAN: read the clock first). RUN_BEFORE: nothing
+ * changed but the run's report allowance (which Run.call renews all the same); the call
+ * takes Run.call's way. RUN_PLAIN: a yield of nothing within the budget, accounted in the
+ * run as Run.call does (steps, wall, end). RUN_ENDED: the run was resumed (or its end is
+ * to be found, see _compiled_end) and ended otherwise: the sandbox still marks the run
+ * running, and Run._compiled_end(start, res, args, error) finishes it. RUN_FAILED: the
+ * accounting of a plain end failed (no memory): the exception is set, the run's figures
+ * may lag one call. */
+static int
+run_call(PyObject *run, double start, PyObject *const *args, int n, RunCall *out)
+{
+    if (!steady.ready || Py_TYPE(run) != steady.run_type || n > 8) {
+        return RUN_BEFORE;
+    }
+    PyObject *sb = SLOT(run, steady.run_sandbox);
+    if (sb == NULL || Py_TYPE(sb) != steady.sandbox_type) {
+        return RUN_BEFORE;
+    }
+    PyObject *limit = SLOT(sb, steady.sb_call_limit);
+    PyObject *current = SLOT(sb, steady.sb_current_limit);
+    if (SLOT(sb, steady.sb_running) != Py_None || limit == NULL || current == NULL ||
+            PyObject_RichCompareBool(limit, current, Py_EQ) != 1 ||
+            truth(run, steady.run_open) != 1 ||
+            SLOT(sb, steady.sb_lua_budget) != SLOT(sb, steady.sb_budget) ||
+            truth(sb, steady.sb_dropped) != 0 || SLOT(sb, steady.sb_watchdog) != Py_None) {
+        PyErr_Clear();
+        return RUN_BEFORE;
+    }
+    for (int i = 0; i < n; i++) {
+        PyObject *v = args[i];
+        if (PyLong_CheckExact(v)) {
+            int overflow = 0;
+            long long k = PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (overflow || k > (1LL << 53) || k < -(1LL << 53)) {
+                PyErr_Clear();
+                return RUN_BEFORE;
+            }
+        } else if (!(PyFloat_CheckExact(v) || v == Py_None || PyBool_Check(v))) {
+            return RUN_BEFORE;
+        }
+    }
+    PyObject *clock = SLOT(sb, steady.sb_clock);
+    int process = clock == steady.process_time;
+    PyObject *resumer = SLOT(sb, steady.sb_resumer);
+    long long co = 0, figures = 0, id = 0;
+    if ((clock != steady.monotonic && !process) || resumer == NULL ||
+            Py_TYPE(resumer) != &ResumerType || !slot_exact(run, steady.run_c_co, &co) ||
+            !slot_exact(run, steady.run_c_run, &figures) || co == 0 || figures == 0 ||
+            !slot_exact(run, steady.run_id, &id)) {
+        return RUN_BEFORE;
+    }
+    double wall_s = slot_double(sb, steady.sb_wall_s_limit);
+    double late_s = slot_double(sb, steady.sb_late_s);
+    int growth_limited = truth(sb, steady.sb_growth), fresh = truth(sb, steady.sb_fresh);
+    if (isnan(wall_s) || isnan(late_s) || growth_limited < 0 || fresh < 0) {
+        return RUN_BEFORE;
+    }
+    /* The caps are per call: the host took the last call's reports. */
+    PyObject *reports = SLOT(run, steady.run_reports);
+    if (reports == NULL || !PyList_CheckExact(reports)) {
+        return RUN_BEFORE;
+    }
+    if (PyList_GET_SIZE(reports) != 0 || truth(run, steady.run_dropped_now) != 0) {
+        if (PyList_SetSlice(reports, 0, PyList_GET_SIZE(reports), NULL) < 0 ||
+                set_slot(run, steady.run_report_chars, PyLong_FromLong(0)) < 0 ||
+                set_slot(run, steady.run_dropped_now, PyLong_FromLong(0)) < 0) {
+            PyErr_Clear();
+            return RUN_BEFORE;
+        }
+    }
+    if (isnan(start)) {
+        start = clock_now(process);
+    }
+    /* After the deadline, the run: the alarm reads them in this order. */
+    if (set_slot(sb, steady.sb_start, PyFloat_FromDouble(start)) < 0 ||
+            set_slot(sb, steady.sb_deadline, PyFloat_FromDouble(start + wall_s)) < 0) {
+        PyErr_Clear();
+        return RUN_BEFORE;
+    }
+    Py_INCREF(run);
+    set_slot(sb, steady.sb_running, run);
+    out->start = start;
+    out->process = process;
+    CallFigures f;
+    int kind = do_call((Resumer *)resumer, (lua_State *)(uintptr_t)co,
+                       (RunFigures *)(uintptr_t)figures, (double)id, start, growth_limited,
+                       fresh, args, n, &f);
+    double end = clock_now(process);
+    double wall = end - start;
+    if ((kind == CALL_PLAIN || (kind == CALL_FIGURES && !f.moved)) && wall <= late_s) {
+        /* A peak alone changed: the allocator's limit stays (Sandbox._limit_calls: it
+         * follows the heap's 64 KiB block, with a block to spare). */
+        Py_INCREF(Py_None);
+        set_slot(sb, steady.sb_running, Py_None);
+        out->end = end;
+        out->wall = wall;
+        out->steps = f.steps;
+        PyObject *peak = NULL;
+        if (set_slot(run, steady.run_ended_at, PyFloat_FromDouble(end)) < 0 ||
+                add_to_slot(run, steady.run_steps, number(f.steps)) < 0 ||
+                add_to_slot(run, steady.run_wall, PyFloat_FromDouble(wall)) < 0 ||
+                add_to_slot(run, steady.run_resumes, PyLong_FromLong(1)) < 0) {
+            return RUN_FAILED;
+        }
+        if (kind == CALL_FIGURES) {
+            double had = slot_double(run, steady.run_peak);
+            if (!(f.peak <= had)) {
+                peak = number(f.peak);
+                if (set_slot(run, steady.run_peak, peak) < 0) {
+                    return RUN_FAILED;
+                }
+            }
+        }
+        return RUN_PLAIN;
+    }
+    out->res = call_answer(kind, &f);
+    return RUN_ENDED;
+}
+
+static ResumeAPI resume_api = {run_call, clock_now};
 
 PyDoc_STRVAR(layout_doc,
 "layout() -> ((size, ((field, offset), ...)), (size, ((field, offset), ...)))\n\n"
@@ -818,6 +1165,7 @@ static PyMethodDef methods[] = {
     {"bind", bind, METH_VARARGS, bind_doc},
     {"layout", layout, METH_NOARGS, layout_doc},
     {"call", (PyCFunction)(void (*)(void))call, METH_FASTCALL, call_doc},
+    {"set_up", set_up, METH_VARARGS, set_up_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -833,5 +1181,15 @@ PyInit__resume(void)
     if (PyType_Ready(&ResumerType) < 0) {
         return NULL;
     }
-    return PyModule_Create(&resume_module);
+    PyObject *m = PyModule_Create(&resume_module);
+    if (m == NULL) {
+        return NULL;
+    }
+    PyObject *capsule = PyCapsule_New(&resume_api, "moonbox.sandbox._resume.API", NULL);
+    if (PyModule_AddObject(m, "API", capsule) < 0) {
+        Py_XDECREF(capsule);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -277,13 +277,39 @@ class Run(ReportLines):
         sb._start = start
         sb._deadline = start + sb._wall_s_limit
         sb._running = self  # after the deadline: the alarm reads them in this order
-        try:
-            res = NotImplemented  # (what only the prelude's way sets up)
-            if self._c_co:
+        res, error = NotImplemented, None  # (what only the prelude's way sets up)
+        if self._c_co:
+            try:
                 res = _c_call(sb._resumer, self._c_co, self._c_run, self._id, start,
                               sb._call_growth_limited, sb._call_fresh, *args)
-                if res is None:  # an end other than a plain yield: the prelude answered it
-                    res = sb._h_take_end()
+            except BaseException as exc:  # noqa: BLE001 - raised again by _finish_call
+                error = exc
+        return self._finish_call(start, res, args, error)
+
+    def _call_end(self, start: float, res: Any) -> int | Outcome:
+        """A call's end: its clock reading and its accounting."""
+        sb = self.sandbox
+        end = self.ended_at = sb._clock()
+        wall = end - start
+        if type(res) is int and wall <= sb._late_s:  # a yield of nothing
+            self._steps += res
+            self._wall_s += wall
+            self.resumes += 1
+            return res
+        return self._call_ended(res, wall)
+
+    def _finish_call(self, start: float, res: Any, args: tuple[Any, ...],
+                     error: BaseException | None) -> int | Outcome:
+        """The rest of :meth:`call` once the compiled resume answered ``res`` (or raised
+        ``error``; NotImplemented: it could not make the call), while the sandbox marks
+        this run running. Also the end of a call the compiled Run.call (``_resume.c``'s
+        run_call) made for a host calling runs from C, and did not end plainly."""
+        sb = self.sandbox
+        try:
+            if error is not None:
+                raise error
+            if res is None:  # an end other than a plain yield: the prelude answered it
+                res = sb._h_take_end()
             if res is NotImplemented:
                 res = sb._h_call(self._id, start, sb._call_growth_limited, sb._call_fresh,
                                  *args)
@@ -294,14 +320,7 @@ class Run(ReportLines):
             raise HostError(f"moonbox failed while resuming {self.chunk.name}: {exc}") from exc
         finally:
             sb._running = None
-        end = self.ended_at = sb._clock()
-        wall = end - start
-        if type(res) is int and wall <= sb._late_s:  # a yield of nothing
-            self._steps += res
-            self._wall_s += wall
-            self.resumes += 1
-            return res
-        return self._call_ended(res, wall)
+        return self._call_end(start, res)
 
     def _first_call(self, start: float, args: tuple[Any, ...]) -> int | Outcome:
         """A call whose sandbox is not in its steady state: the allocator's limit is set

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
@@ -149,10 +150,11 @@ if os.environ.get(RESUME_ENV) != "lua":
     try:
         from ._resume import bind as _resume_bind
         from ._resume import call as _resume_call
+        from ._resume import set_up as _resume_set_up
     except ImportError:  # no C compiler where moonbox was installed: the prelude's resume
         pass
     else:
-        _resume = (_resume_bind, _resume_call)
+        _resume = (_resume_bind, _resume_call, _resume_set_up)
 
 
 def bind_resume(host: Any, dispatch: Any) -> Any:
@@ -174,6 +176,13 @@ def bind_resume(host: Any, dispatch: Any) -> Any:
 def compiled_resume() -> bool:
     """Whether runs are resumed through the compiled resume (see ``_resume.c``)."""
     return _resume is not None
+
+
+def set_up_compiled_calls(run: type, sandbox: type) -> None:
+    """Tell the compiled resume the classes whose slots its Run.call reads (the one other
+    compiled modules call, through its capsule: see _resume.h)."""
+    if _resume is not None:
+        _resume[2](run, sandbox, time.monotonic, time.process_time)
 
 
 def resume_call() -> Any:

@@ -30,7 +30,14 @@ from ._run import MAX_REPORT_CHARS as MAX_REPORT_CHARS
 from ._run import MAX_REPORTS as MAX_REPORTS
 from ._run import MAX_REPORTS_TOTAL_CHARS as MAX_REPORTS_TOTAL_CHARS
 from ._run import Chunk, Run
-from ._runtime import ENV_SPEC, HOST_HEADROOM_BYTES, PAIRS_SLICE, bind_resume, open_runtime
+from ._runtime import (
+    ENV_SPEC,
+    HOST_HEADROOM_BYTES,
+    PAIRS_SLICE,
+    bind_resume,
+    open_runtime,
+    set_up_compiled_calls,
+)
 from ._runtime import MAX_MESSAGE_BYTES as MAX_MESSAGE_BYTES
 from ._script_errors import POSITION
 from ._tokenizer import LuaTokenError
@@ -545,3 +552,6 @@ class Sandbox:
         self._fixed_limit = cap if budget.alloc_bytes >= cap else None
         self._loose_limit = cap + HOST_HEADROOM_BYTES
         self._loosen()
+
+
+set_up_compiled_calls(Run, Sandbox)
