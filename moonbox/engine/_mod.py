@@ -15,6 +15,15 @@ __all__ = ["Callback", "Event", "Failure", "Mod", "ModStats", "Quarantine", "Tas
 
 CallbackKind = Literal["on", "after", "every", "spawn"]
 
+try:  # where the compiled tick was built: what it accounts, until the stats take it
+    from ._tick import Tally as _Tally
+except ImportError:
+    _Tally = None
+
+
+def _new_tally() -> Any:
+    return None if _Tally is None else _Tally()
+
 
 @dataclass(slots=True)
 class Callback:
@@ -198,7 +207,9 @@ class Mod:
     budget: Budget
     chunk: str
     quarantine: Quarantine | None = None
-    stats: ModStats = field(default_factory=ModStats)
+    _stats: ModStats = field(default_factory=ModStats)
+    # The calls the compiled tick accounted and the stats have not taken yet (see stats).
+    _tally: Any = field(default_factory=_new_tally, repr=False)
     state: dict[str, Any] = field(default_factory=dict)
     state_bytes: dict[str, int] = field(default_factory=dict)
     callbacks: dict[int, Callback] = field(default_factory=dict)
@@ -237,6 +248,23 @@ class Mod:
     _built: int = 0
     # Bumped whenever the mod's Lua side is lost: a dispatch in progress stops there.
     _epoch: int = 0
+
+    @property
+    def stats(self) -> ModStats:
+        tally = self._tally
+        if tally is not None and tally.pending:
+            calls, steps, wall_s = tally.take()
+            stats = self._stats
+            stats.calls += calls
+            stats.steps += steps
+            stats.wall_s += wall_s
+        return self._stats
+
+    @stats.setter
+    def stats(self, stats: ModStats) -> None:
+        if self._tally is not None:
+            self._tally.take()  # what it held was of the stats replaced
+        self._stats = stats
 
     @property
     def active(self) -> bool:

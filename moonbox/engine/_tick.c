@@ -4,7 +4,7 @@
  * with nothing queued, no timer due and no task waiting. For those the loop here makes
  * the same checks Dispatch._run_mod_tick makes, reading the mod's slots, calls the handler
  * through the compiled Run.call (moonbox/sandbox/_resume.c, by its capsule) and accounts
- * the call in the mod's stats as Dispatch._call_tick_handler does: no Python runs for
+ * the call for the mod's stats as Dispatch._call_tick_handler does: no Python runs for
  * such a call. Every other mod, and every call that ends otherwise (values, a failure,
  * a trip, reports to take, a late end), goes to the engine's Python, in its place in the
  * order, with the same state it would have had there:
@@ -33,12 +33,61 @@ static struct {
     PyTypeObject *mod_type, *callback_type, *stats_type;
     PyObject *tick_name, *zero;
     Py_ssize_t mod_id, mod_quarantine, mod_run, mod_queue, mod_tasks, mod_isolated,
-        mod_timers, mod_failures, mod_trips, mod_by_event, mod_emits, mod_stats;
+        mod_timers, mod_failures, mod_trips, mod_by_event, mod_emits, mod_stats, mod_tally;
     Py_ssize_t cb_id;
-    Py_ssize_t st_calls, st_steps, st_wall, st_peak;
-    Py_ssize_t run_peak, run_reports;
+    Py_ssize_t st_peak;
+    Py_ssize_t run_peak, run_reports, run_ended_at;
     int ready;
 } k;
+
+/* What the loop has accounted of a mod's calls since its stats last took it (Mod.stats
+ * does, as it is read): one small object of the mod's instead of three numbers of its
+ * ModStats made anew per call. */
+typedef struct {
+    PyObject_HEAD
+    long long calls;
+    double steps, wall;
+} Tally;
+
+static PyObject *
+tally_take(Tally *t, PyObject *unused)
+{
+    PyObject *taken = Py_BuildValue("(LLd)", t->calls, (long long)t->steps, t->wall);
+    if (taken != NULL) {
+        t->calls = 0;
+        t->steps = t->wall = 0;
+    }
+    return taken;
+}
+
+static PyObject *
+tally_pending(Tally *t, void *unused)
+{
+    return PyBool_FromLong(t->calls != 0);
+}
+
+static PyMethodDef tally_methods[] = {
+    {"take", (PyCFunction)tally_take, METH_NOARGS,
+     "(calls, steps, wall_s) accounted since the last take, and zero again."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef tally_getset[] = {
+    {"pending", (getter)tally_pending, NULL, "Whether a call was accounted since the last take.",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject TallyType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "moonbox.engine._tick.Tally",
+    .tp_basicsize = sizeof(Tally),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Tally(): a mod's calls accounted by the compiled tick, until its stats take them.",
+    .tp_new = PyType_GenericNew,
+    .tp_methods = tally_methods,
+    .tp_getset = tally_getset,
+};
 
 static Py_ssize_t
 slot_offset(PyObject *type, const char *name)
@@ -131,11 +180,11 @@ set_up(PyObject *self, PyObject *args)
     S(mod_queue, mod, "queue") S(mod_tasks, mod, "tasks") S(mod_isolated, mod, "_isolated")
     S(mod_timers, mod, "timers") S(mod_failures, mod, "failures_in_a_row")
     S(mod_trips, mod, "trips_in_a_row") S(mod_by_event, mod, "by_event")
-    S(mod_emits, mod, "emits_this_tick") S(mod_stats, mod, "stats")
+    S(mod_emits, mod, "emits_this_tick") S(mod_stats, mod, "_stats") S(mod_tally, mod, "_tally")
     S(cb_id, callback, "id")
-    S(st_calls, stats, "calls") S(st_steps, stats, "steps") S(st_wall, stats, "wall_s")
     S(st_peak, stats, "memory_peak_bytes")
     S(run_peak, run, "peak_bytes") S(run_reports, run, "reports")
+    S(run_ended_at, run, "ended_at")
 #undef S
     if (k.tick_name == NULL) {
         k.tick_name = PyUnicode_InternFromString("tick");
@@ -193,19 +242,23 @@ steady_handler(PyObject *mod, PyObject *t)
     return cb;
 }
 
-/* A plain call's figures in the mod's stats, as Dispatch._call_tick_handler adds them. */
+/* A plain call's figures in the mod's tally (its stats take them as they are read), and
+ * its peak in its stats when the run's rose: as Dispatch._call_tick_handler adds them. */
 static int
 account(PyObject *mod, PyObject *run, const RunCall *c)
 {
+    Tally *tally = (Tally *)SLOT(mod, k.mod_tally);
     PyObject *stats = SLOT(mod, k.mod_stats);
-    if (stats == NULL || Py_TYPE(stats) != k.stats_type) {
-        PyErr_SetString(PyExc_TypeError, "a mod's stats are not ModStats");
+    if (tally == NULL || Py_TYPE(tally) != &TallyType || stats == NULL ||
+            Py_TYPE(stats) != k.stats_type) {
+        PyErr_SetString(PyExc_TypeError, "a mod's tally or stats are not the engine's");
         return -1;
     }
-    if (add_to_slot(stats, k.st_calls, PyLong_FromLong(1)) < 0 ||
-            add_to_slot(stats, k.st_steps, PyLong_FromDouble(c->steps)) < 0 ||
-            add_to_slot(stats, k.st_wall, PyFloat_FromDouble(c->wall)) < 0) {
-        return -1;
+    tally->calls++;
+    tally->steps += c->steps;
+    tally->wall += c->wall;
+    if (!c->peaked) {
+        return 0;  /* no higher than it was: the stats have seen it */
     }
     PyObject *peak = SLOT(run, k.run_peak), *had = SLOT(stats, k.st_peak);
     if (peak == NULL || had == NULL) {
@@ -302,7 +355,7 @@ tick(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyObject *call_args[2] = {SLOT(cb, k.cb_id), t};
         RunCall c = {0};
         /* A start read on another clock is no start: the call reads its own. */
-        int ran = resume->run_call(run, process == -1 ? NAN : start, call_args, 2, &c);
+        int ran = resume->run_call(run, process == -1 ? NAN : start, call_args, 2, 0, &c);
         if (ran == RUN_PLAIN) {
             if (pop_chain(chain) < 0) {
                 failed = -2;
@@ -314,8 +367,10 @@ tick(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             PyObject *lines = SLOT(run, k.run_reports);
             int any = lines != NULL && (!PyList_CheckExact(lines) || PyList_GET_SIZE(lines));
             if (any) {
+                /* As Run.call leaves the run for the engine's Python to read. */
                 PyObject *s = PyFloat_FromDouble(c.start), *n = PyLong_FromDouble(c.steps);
-                if (s == NULL || n == NULL) {
+                if (s == NULL || n == NULL ||
+                        set_slot(run, k.run_ended_at, PyFloat_FromDouble(c.end)) < 0) {
                     Py_XDECREF(s);
                     Py_XDECREF(n);
                     failed = -2;
@@ -411,5 +466,18 @@ static struct PyModuleDef tick_module = {
 PyMODINIT_FUNC
 PyInit__tick(void)
 {
-    return PyModule_Create(&tick_module);
+    if (PyType_Ready(&TallyType) < 0) {
+        return NULL;
+    }
+    PyObject *m = PyModule_Create(&tick_module);
+    if (m == NULL) {
+        return NULL;
+    }
+    Py_INCREF(&TallyType);
+    if (PyModule_AddObject(m, "Tally", (PyObject *)&TallyType) < 0) {
+        Py_DECREF(&TallyType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

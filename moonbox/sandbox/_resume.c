@@ -160,6 +160,12 @@ typedef struct {
     PyObject *failed;        /* the first value of a failed call's answer */
     PyObject *taken;         /* an answer only lupa converts, until host.c_take takes it */
     unsigned long long crossed;  /* host calls the crossing made itself */
+    /* What run_call read last from its run's and sandbox's slots, with the objects it read
+     * it from (held, and compared by identity: those slots hold ints and floats set once):
+     * a call reads the slots, not the numbers behind them. */
+    PyObject *k_co, *k_figures, *k_id, *k_wall, *k_late;
+    long long co, figures, id;
+    double wall, late;
     char *buffer;             /* the strings of an answer, between the lock and the pushes */
     size_t used, capacity;
 } Resumer;
@@ -453,6 +459,7 @@ bind(PyObject *self, PyObject *args)
     r->failed = NULL;
     r->taken = NULL;
     r->crossed = 0;
+    r->k_co = r->k_figures = r->k_id = r->k_wall = r->k_late = NULL;
     r->buffer = NULL;
     r->used = r->capacity = 0;
     PyObject_GC_Track(r);
@@ -501,6 +508,11 @@ static int
 resumer_clear(Resumer *r)
 {
     r->open = 0;  /* what the crossing calls is gone: it answers the prelude's way */
+    Py_CLEAR(r->k_co);
+    Py_CLEAR(r->k_figures);
+    Py_CLEAR(r->k_id);
+    Py_CLEAR(r->k_wall);
+    Py_CLEAR(r->k_late);
     Py_CLEAR(r->dispatch);
     Py_CLEAR(r->failed);
     Py_CLEAR(r->taken);
@@ -986,16 +998,9 @@ slot_exact(PyObject *o, Py_ssize_t off, long long *out)
     return n >= -(1LL << 53) && n <= (1LL << 53);
 }
 
-/* Run.call(start, *args) compiled (start NAN: read the clock first). RUN_BEFORE: nothing
- * changed but the run's report allowance (which Run.call renews all the same); the call
- * takes Run.call's way. RUN_PLAIN: a yield of nothing within the budget, accounted in the
- * run as Run.call does (steps, wall, end). RUN_ENDED: the run was resumed (or its end is
- * to be found, see _compiled_end) and ended otherwise: the sandbox still marks the run
- * running, and Run._compiled_end(start, res, args, error) finishes it. RUN_FAILED: the
- * accounting of a plain end failed (no memory): the exception is set, the run's figures
- * may lag one call. */
+/* Run.call(start, *args) compiled: see _resume.h. */
 static int
-run_call(PyObject *run, double start, PyObject *const *args, int n, RunCall *out)
+run_call(PyObject *run, double start, PyObject *const *args, int n, int account, RunCall *out)
 {
     if (!steady.ready || Py_TYPE(run) != steady.run_type || n > 8) {
         return RUN_BEFORE;
@@ -1029,18 +1034,46 @@ run_call(PyObject *run, double start, PyObject *const *args, int n, RunCall *out
     }
     PyObject *clock = SLOT(sb, steady.sb_clock);
     int process = clock == steady.process_time;
-    PyObject *resumer = SLOT(sb, steady.sb_resumer);
-    long long co = 0, figures = 0, id = 0;
-    if ((clock != steady.monotonic && !process) || resumer == NULL ||
-            Py_TYPE(resumer) != &ResumerType || !slot_exact(run, steady.run_c_co, &co) ||
-            !slot_exact(run, steady.run_c_run, &figures) || co == 0 || figures == 0 ||
-            !slot_exact(run, steady.run_id, &id)) {
+    Resumer *r = (Resumer *)SLOT(sb, steady.sb_resumer);
+    if ((clock != steady.monotonic && !process) || r == NULL ||
+            Py_TYPE(r) != &ResumerType) {
         return RUN_BEFORE;
     }
-    double wall_s = slot_double(sb, steady.sb_wall_s_limit);
-    double late_s = slot_double(sb, steady.sb_late_s);
+    /* The numbers behind the slots, read again only when a slot holds another object. */
+    PyObject *k_co = SLOT(run, steady.run_c_co), *k_figures = SLOT(run, steady.run_c_run);
+    PyObject *k_id = SLOT(run, steady.run_id);
+    if (k_co == NULL || k_co != r->k_co || k_figures != r->k_figures || k_id != r->k_id) {
+        long long co = 0, figures = 0, id = 0;
+        Py_CLEAR(r->k_co);
+        if (!slot_exact(run, steady.run_c_co, &co) ||
+                !slot_exact(run, steady.run_c_run, &figures) || co == 0 || figures == 0 ||
+                !slot_exact(run, steady.run_id, &id)) {
+            return RUN_BEFORE;
+        }
+        r->co = co, r->figures = figures, r->id = id;
+        Py_INCREF(k_co);
+        Py_XSETREF(r->k_co, k_co);
+        Py_INCREF(k_figures);
+        Py_XSETREF(r->k_figures, k_figures);
+        Py_INCREF(k_id);
+        Py_XSETREF(r->k_id, k_id);
+    }
+    PyObject *k_wall = SLOT(sb, steady.sb_wall_s_limit), *k_late = SLOT(sb, steady.sb_late_s);
+    if (k_wall == NULL || k_wall != r->k_wall || k_late != r->k_late) {
+        Py_CLEAR(r->k_wall);
+        r->wall = slot_double(sb, steady.sb_wall_s_limit);
+        r->late = slot_double(sb, steady.sb_late_s);
+        if (isnan(r->wall) || isnan(r->late)) {
+            return RUN_BEFORE;
+        }
+        Py_INCREF(k_wall);
+        Py_XSETREF(r->k_wall, k_wall);
+        Py_INCREF(k_late);
+        Py_XSETREF(r->k_late, k_late);
+    }
+    double wall_s = r->wall, late_s = r->late;
     int growth_limited = truth(sb, steady.sb_growth), fresh = truth(sb, steady.sb_fresh);
-    if (isnan(wall_s) || isnan(late_s) || growth_limited < 0 || fresh < 0) {
+    if (growth_limited < 0 || fresh < 0) {
         return RUN_BEFORE;
     }
     /* The caps are per call: the host took the last call's reports. */
@@ -1070,9 +1103,8 @@ run_call(PyObject *run, double start, PyObject *const *args, int n, RunCall *out
     out->start = start;
     out->process = process;
     CallFigures f;
-    int kind = do_call((Resumer *)resumer, (lua_State *)(uintptr_t)co,
-                       (RunFigures *)(uintptr_t)figures, (double)id, start, growth_limited,
-                       fresh, args, n, &f);
+    int kind = do_call(r, (lua_State *)(uintptr_t)r->co, (RunFigures *)(uintptr_t)r->figures,
+                       (double)r->id, start, growth_limited, fresh, args, n, &f);
     double end = clock_now(process);
     double wall = end - start;
     if ((kind == CALL_PLAIN || (kind == CALL_FIGURES && !f.moved)) && wall <= late_s) {
@@ -1084,10 +1116,11 @@ run_call(PyObject *run, double start, PyObject *const *args, int n, RunCall *out
         out->wall = wall;
         out->steps = f.steps;
         PyObject *peak = NULL;
-        if (set_slot(run, steady.run_ended_at, PyFloat_FromDouble(end)) < 0 ||
-                add_to_slot(run, steady.run_steps, number(f.steps)) < 0 ||
-                add_to_slot(run, steady.run_wall, PyFloat_FromDouble(wall)) < 0 ||
-                add_to_slot(run, steady.run_resumes, PyLong_FromLong(1)) < 0) {
+        out->peaked = 0;
+        if (account && (set_slot(run, steady.run_ended_at, PyFloat_FromDouble(end)) < 0 ||
+                        add_to_slot(run, steady.run_steps, number(f.steps)) < 0 ||
+                        add_to_slot(run, steady.run_wall, PyFloat_FromDouble(wall)) < 0 ||
+                        add_to_slot(run, steady.run_resumes, PyLong_FromLong(1)) < 0)) {
             return RUN_FAILED;
         }
         if (kind == CALL_FIGURES) {
@@ -1097,6 +1130,7 @@ run_call(PyObject *run, double start, PyObject *const *args, int n, RunCall *out
                 if (set_slot(run, steady.run_peak, peak) < 0) {
                     return RUN_FAILED;
                 }
+                out->peaked = 1;
             }
         }
         return RUN_PLAIN;

@@ -12,7 +12,7 @@
  * renewed, as Run.call renews it): the call takes Run.call's way. RUN_PLAIN: a yield of
  * nothing within the budget, accounted in the run as Run.call accounts it. RUN_ENDED:
  * the run was resumed (or its end is yet to be found) and ended otherwise; the sandbox
- * still marks the run running, and Run._compiled_end(start, res, args, error) finishes
+ * still marks the run running, and Run._finish_call(start, res, args, error) finishes
  * it. RUN_FAILED: the accounting of a plain end failed (no memory): the exception is set,
  * and the run's figures may lag that one call. */
 enum { RUN_BEFORE, RUN_PLAIN, RUN_ENDED, RUN_FAILED };
@@ -20,13 +20,17 @@ enum { RUN_BEFORE, RUN_PLAIN, RUN_ENDED, RUN_FAILED };
 typedef struct {
     double start, end, wall, steps;
     int process;    /* the clock read: time.process_time's (else time.monotonic's) */
+    int peaked;     /* RUN_PLAIN: the run's peak_bytes rose */
     PyObject *res;  /* RUN_ENDED: the compiled call's answer, a new reference (NULL: the
                      * error is set) */
 } RunCall;
 
 typedef struct {
-    /* Run.call(start, *args), compiled; start NAN: the clock is read first. */
-    int (*run_call)(PyObject *run, double start, PyObject *const *args, int n, RunCall *out);
+    /* Run.call(start, *args), compiled; start NAN: the clock is read first. With account
+     * 0, a plain end leaves the run's steps, wall time, resumes and ended_at as they were
+     * (its peak_bytes still rises): the caller accounts the call itself. */
+    int (*run_call)(PyObject *run, double start, PyObject *const *args, int n, int account,
+                    RunCall *out);
     /* The sandbox clocks, read as time.monotonic and time.process_time read them. */
     double (*clock_now)(int process);
 } ResumeAPI;
