@@ -151,7 +151,7 @@ class Loading:
                     mod._runtime_chunk = sandbox.load(RUNTIME, RUNTIME_CHUNK)
                 keeper: Any = sandbox.start(mod._runtime_chunk)
             else:
-                keeper = sandbox.start(RUNTIME, RUNTIME_CHUNK)
+                keeper = sandbox.start(RUNTIME, RUNTIME_CHUNK, worker_resume=True)
             outcome = keeper.resume(self._seed_for(mod.id, mod.stats.restores))
             self._account(mod, outcome)
             if outcome.status != "yielded" or mod._dispatch is None:

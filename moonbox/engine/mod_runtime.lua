@@ -22,7 +22,7 @@
 --           and data)
 --   code 2: failed with message x                 code 3: no such callback, task or export
 
-local seed = ...
+local seed, worker_resume = ...
 
 -- Captured before the mod's code can replace any global.
 local env = _G
@@ -31,6 +31,10 @@ local min, max, huge = math.min, math.max, math.huge
 local s_match, s_sub, tostring, tonumber = string.match, string.sub, tostring, tonumber
 local select, next, ipairs = select, next, ipairs
 local co_create, co_resume, co_yield = coroutine.create, coroutine.resume, coroutine.yield
+-- The workers are resumed with the host's resume for them where it gives one (an isolated
+-- game's worker processes do not): what a mod's coroutine.resume checks besides the
+-- depth and the trip is of no use for coroutines no mod can reach.
+local resume_worker = worker_resume or co_resume
 
 -------------------------------------------------------------------------------------------
 -- math.random: the runtime's own generator written out here, so that a snapshot of the
@@ -393,7 +397,7 @@ local function start(fn, a, b, c)
     co = co_create(worker)
     workers[co] = true
   end
-  return settle(co, co_resume(co, fn, a, b, c))
+  return settle(co, resume_worker(co, fn, a, b, c))
 end
 
 -- What a snapshot holds of the mod's Lua side besides what the host keeps: the
@@ -509,7 +513,7 @@ local function dispatcher(what, a, b, c)
       end
       idle = nil
       local ok
-      ok, x, y, point, data = co_resume(co, fn, a, b, c)
+      ok, x, y, point, data = resume_worker(co, fn, a, b, c)
       if ok and x == DONE then
         idle = co
         code, x, y = 0, y, nil

@@ -416,11 +416,18 @@ class Sandbox:
 
     # -- running -------------------------------------------------------------------------
 
-    def start(self, source: str | bytes | Chunk | FunctionHandle, chunk: str = "=(mod)") -> Run:
+    def start(self, source: str | bytes | Chunk | FunctionHandle, chunk: str = "=(mod)", *,
+              worker_resume: bool = False) -> Run:
         """Compile (unless given a :class:`Chunk`) and create a run; nothing runs yet.
 
         Given a :class:`FunctionHandle`, the run calls that function: the first resume's
         arguments are its arguments.
+
+        ``worker_resume`` is for a host's own library chunk that runs a mod's functions in
+        coroutines of its own (the engine's): the chunk gets the first resume's first
+        argument, then a resume for those coroutines that checks less than
+        ``coroutine.resume`` must check for a mod (``resume(co, fn, a, b, c)``, four values
+        back at most). Never for a mod's own chunk: it could resume any coroutine.
 
         Raises:
             ScriptError: kind ``syntax`` (see :meth:`load`).
@@ -442,7 +449,7 @@ class Sandbox:
             if compiled._generation != self._generation:
                 raise SandboxClosed(f"{compiled.name} was compiled by a runtime that has been "
                                     "replaced; load it again")
-            started = self._h_start(compiled._fn)
+            started = self._h_start(compiled._fn, worker_resume)
         run_id = int(started)
         run = Run(self, compiled, run_id)
         self._runs[run_id] = run

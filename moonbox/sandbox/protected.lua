@@ -259,6 +259,22 @@ end
 
 local host_cos = setmetatable({}, { __mode = "k" })  -- the coroutines of host runs
 
+-- The resume a host's own library chunk gets for coroutines of its own that run a mod's
+-- functions (the engine library's workers; see host.start): the depth bound and the
+-- re-raise of a trip or a memory error as coroutine.resume has them, without what only a
+-- resume a mod makes must check (whose coroutine it is, whether its handover is counted).
+-- A mod never gets it: it is an argument of that chunk alone. Four values back at most.
+local function worker_resume(co, fn, a, b, c)
+  if c_depth >= MAX_C_DEPTH then raise_here(RESUME_TOO_DEEP) end
+  c_depth = c_depth + 1
+  local ok, x, y, p, d = co_resume(co, fn, a, b, c)
+  if ok and not tripped then
+    c_depth = c_depth - 1
+    return true, x, y, p, d
+  end
+  return resumed(co, ok, x, y, p, d)
+end
+
 -- A coroutine.wrap function raises what its coroutine raised; as LuaJIT's does, it puts
 -- its caller's position before a message (tail-called: the caller is at level 2).
 local function wrap_result(co, ok, ...)

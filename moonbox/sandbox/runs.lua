@@ -34,9 +34,15 @@ function host.compile(source, wrapped_source, chunkname, env)
   return fn
 end
 
-function host.start(fn)
+-- with_worker_resume: the chunk's first resume hands it its first argument, then the
+-- resume of its own worker coroutines (worker_resume, protected.lua).
+function host.start(fn, with_worker_resume)
   next_run = next_run + 1
-  local co = co_create(fn)
+  local body = fn
+  if with_worker_resume then
+    body = function(a) return fn(a, worker_resume) end
+  end
+  local co = co_create(body)
   host_cos[co] = true
   -- The run's figures live in a struct, which the host's compiled resume reads and sets
   -- too (see host.run_addresses).

@@ -1,0 +1,100 @@
+"""The engine library's resume of its workers (``worker_resume``, protected.lua) against
+the mod's own ``coroutine.resume``, which it used before and which an isolated game's
+workers still use: handlers that fail, trip, nest coroutines, wait and hand values back
+give the same reports either way, and no mod can reach the resume."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from moonbox import Budget
+from moonbox.engine import Game
+from moonbox.sandbox import Sandbox
+
+HANDLERS = {
+    "error": "error('boom')",
+    "error_level": "local function f() error('up', 2) end f()",
+    "error_table": "error({code = 1})",
+    "memory": "local t = {} for i = 1, 1e9 do t[i] = string.rep('x', 1000) .. i end",
+    "steps": "while true do end",
+    "nested_trip": "local co = coroutine.create(function() while true do end end) "
+                   "coroutine.resume(co)",
+    "deep": "local function nest(n) local co = coroutine.create(function() "
+            "return nest(n + 1) end) local ok, e = coroutine.resume(co) "
+            "if not ok then error(e, 0) end return e end nest(1)",
+    "pcall_memory": "pcall(function() local t = {} "
+                    "for i = 1, 1e9 do t[i] = string.rep('y', 1000) .. i end end)",
+    "many_values": "return 1, 2, 3, 4, 5, 6, 7",
+    "wait_count": "report(select('#', wait(1)))",
+    "yield": "coroutine.yield(1, 2, 3)",
+    "running": "report(tostring(coroutine.running() == nil) .. ' '"
+               " .. tostring(coroutine.isyieldable()))",
+    "resume_self": "report(tostring(select(2, coroutine.resume(coroutine.running()))))",
+}
+
+
+def play(handler: str, worker_resume: bool, monkeypatch: Any) -> list[Any]:
+    start = Sandbox.start
+
+    def starting(self: Sandbox, *args: Any, **options: Any) -> Any:
+        if not worker_resume:
+            options.pop("worker_resume", None)
+        return start(self, *args, **options)
+
+    monkeypatch.setattr(Sandbox, "start", starting)
+    game = Game(seed=5, budget=Budget(steps=200_000, wall_s=5.0, alloc_bytes="2MB",
+                                      max_memory="24MB"))
+    try:
+        game.load_mod("m", f"on('tick', function(t) {HANDLERS[handler]} end)")
+        seen = []
+        for _ in range(4):
+            r = game.tick()
+            seen.append((r.calls, [(f.handler, f.where, f.error.kind, str(f.error))
+                                   for f in r.failures], r.reports, r.quarantined))
+        m = game.mod("m")
+        seen.append((m.stats.calls, m.stats.steps, m.stats.errors, m.stats.trips))
+        return seen
+    finally:
+        game.close()
+        monkeypatch.setattr(Sandbox, "start", start)
+
+
+@pytest.mark.parametrize("handler", sorted(HANDLERS))
+def test_workers_resume_as_the_mods_resume_did(handler, monkeypatch):
+    assert play(handler, True, monkeypatch) == play(handler, False, monkeypatch)
+
+
+def test_no_mod_reaches_the_workers_resume(make_game):
+    # What a mod can see: its globals, its libraries and its chunk's arguments; none of
+    # them is a function of the prelude's that is not the mod's coroutine library.
+    game = make_game()
+    game.load_mod("m", """
+local found = {}
+local n = select('#', ...)
+for i = 1, n do found[#found + 1] = 'arg ' .. type((select(i, ...))) end
+local known = {}
+for k, v in pairs(coroutine) do known[v] = true end
+for k, v in pairs(_G) do
+  if type(v) == 'table' then
+    for k2, v2 in pairs(v) do
+      if type(v2) == 'function' and tostring(k2):find('resume') and not known[v2]
+         and k2 ~= 'resume_point' then
+        found[#found + 1] = k .. '.' .. k2
+      end
+    end
+  elseif type(v) == 'function' and tostring(k):find('resume') and k ~= 'resume_point' then
+    found[#found + 1] = k
+  end
+end
+report('found: ' .. table.concat(found, ','))
+""")
+    report = game.tick()
+    assert ("m", "found: ") in report.reports
+
+
+def test_a_mod_chunk_is_never_given_the_resume():
+    with Sandbox() as sb:
+        run = sb.start("return select('#', ...), ...")
+        assert run.resume("x").values == (1, "x")
