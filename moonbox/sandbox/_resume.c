@@ -92,6 +92,9 @@ static struct {
     void (*pushcclosure)(lua_State *, lua_CFunction, int);
     void (*setfield)(lua_State *, int, const char *);
     void (*replace)(lua_State *, int);
+    void (*insert)(lua_State *, int);
+    void (*remove)(lua_State *, int);
+    void (*call)(lua_State *, int, int);
     int ready;
 } api;
 
@@ -134,6 +137,9 @@ load_api(const char *library)
     FIND(pushcclosure, "lua_pushcclosure")
     FIND(setfield, "lua_setfield")
     FIND(replace, "lua_replace")
+    FIND(insert, "lua_insert")
+    FIND(remove, "lua_remove")
+    FIND(call, "lua_call")
 #undef FIND
     dlclose(h);  /* the module stays loaded: lupa holds it */
     api.ready = 1;
@@ -401,6 +407,54 @@ c_host(lua_State *L)
     return count + 1;
 }
 
+#define LUA_MULTRET (-1)
+
+/* A host function's crossing bound to the function (c_bind): upvalues the binding, the
+ * function's id and cost, and the prelude's c_after (dispatch.lua). The commonest answer,
+ * C_OK and the results, is the function's own; any other goes to c_after as it would
+ * from the prelude's closure, with the marker and what follows it. The host function is
+ * then this C closure, not a Lua closure around c_host: a call runs no Lua of the
+ * prelude's when it crosses here. */
+static int
+c_host_bound(lua_State *L)
+{
+    int nargs = api.gettop(L);
+    if (!api.checkstack(L, 4)) {
+        return 0;  /* cannot fail in LuaJIT short of memory, which raises */
+    }
+    api.pushvalue(L, UPVALUE(2));
+    api.insert(L, 1);
+    api.pushvalue(L, UPVALUE(3));
+    api.insert(L, 2);
+    (void)nargs;
+    int k = c_host(L);  /* its answer: the top k values */
+    int base = api.gettop(L) - k;
+    if (k > 0 && api.touserdata(L, base + 1) == &MARK_OK) {
+        api.remove(L, base + 1);
+        return k - 1;
+    }
+    api.checkstack(L, 3);
+    api.pushvalue(L, UPVALUE(4));
+    api.insert(L, base + 1);
+    api.pushvalue(L, UPVALUE(2));
+    api.insert(L, base + 2);
+    api.pushvalue(L, UPVALUE(3));
+    api.insert(L, base + 3);
+    api.call(L, k + 2, LUA_MULTRET);
+    return api.gettop(L) - base;
+}
+
+/* c_bind(id, cost, after): the host function `id` as c_host_bound. */
+static int
+c_bind(lua_State *L)
+{
+    api.settop(L, 3);
+    api.pushlightuserdata(L, api.touserdata(L, UPVALUE(1)));
+    api.insert(L, 1);
+    api.pushcclosure(L, c_host_bound, 4);
+    return 1;
+}
+
 /* bind's work in the runtime, protected: the crossing and its markers in the registry. */
 static int
 register_protected(lua_State *L)
@@ -409,6 +463,9 @@ register_protected(lua_State *L)
     api.pushlightuserdata(L, r);
     api.pushcclosure(L, c_host, 1);
     api.setfield(L, LUA_REGISTRYINDEX, "moonbox.c_host");
+    api.pushlightuserdata(L, r);
+    api.pushcclosure(L, c_bind, 1);
+    api.setfield(L, LUA_REGISTRYINDEX, "moonbox.c_bind");
     api.pushlightuserdata(L, &MARK_OK);
     api.setfield(L, LUA_REGISTRYINDEX, "moonbox.c_ok");
     api.pushlightuserdata(L, &MARK_PRELUDE);

@@ -48,6 +48,11 @@ from ._watchdog import Watchdog, stall_margin_s
 # the isolated sandbox and the fuzzer: their home is _run.py and _runtime.py.
 __all__ = ["Sandbox"]
 
+BOUND_HOST_FUNCTIONS = True
+"""Whether a mod's host functions are the compiled crossing bound to each (see
+make_host_function in dispatch.lua), where it is built; else a Lua closure of the
+prelude's calls it. (Tests compare the two.)"""
+
 # LuaJIT's compile-time limits, as its messages name them.
 _LUAJIT_LIMITS = ("upvalues", "syntax levels", "too long", "too many", "complex")
 
@@ -212,8 +217,9 @@ class Sandbox:
         # The meter's clock: the host reads the same one to start each resume.
         self._clock = time.monotonic if host[b"clock"] == b"monotonic" else time.process_time
         closures = rt.table()
+        bound = BOUND_HOST_FUNCTIONS and not self.preempt  # (see make_host_function)
         for i, hf in enumerate(self._host_functions):
-            closures[hf.name.encode()] = host[b"make_host_function"](i, hf.cost)
+            closures[hf.name.encode()] = host[b"make_host_function"](i, hf.cost, bound)
         # The first value of a failed call's answer (the second is the message).
         self._failed = host[b"host_failed"]
         self._not_enough_memory = (self._failed, b"not enough memory")

@@ -141,7 +141,12 @@ do
     return fail((...))  -- C_FAILED
   end
 
-  function make_host_function(id, cost)
+  local c_bind  -- the crossing bound to one host function (_resume.c), when there is one
+
+  -- bound: the host function may be the compiled crossing itself, with no Lua closure of
+  -- the prelude's around it (not for a preemptible sandbox: the prelude's way of a call
+  -- then runs under a C function, where a slice's end cannot yield, and would trip).
+  function make_host_function(id, cost, bound)
     if not (cost < MAX_CHARGE) then
       cost = MAX_CHARGE
     elseif not (cost > 0) then
@@ -151,8 +156,10 @@ do
       c_host = registry["moonbox.c_host"]
       C_OK, C_PRELUDE = registry["moonbox.c_ok"], registry["moonbox.c_prelude"]
       C_TAKE, C_FAILED = registry["moonbox.c_take"], registry["moonbox.c_failed"]
+      c_bind = registry["moonbox.c_bind"]
     end
     if c_host ~= nil and c_take ~= nil then
+      if bound and c_bind ~= nil then return c_bind(id, cost, c_after) end
       local crossing = c_host
       return function(...)
         return c_after(id, cost, crossing(id, cost, ...))
@@ -163,8 +170,8 @@ do
     end
   end
 end
-function host.make_host_function(id, cost)
-  return make_host_function(id, cost)
+function host.make_host_function(id, cost, bound)
+  return make_host_function(id, cost, bound)
 end
 
 host.host_failed = HOST_FAILED
