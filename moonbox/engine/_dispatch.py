@@ -39,16 +39,17 @@ tick's loop (``_tick.c``): the same calls, for comparison."""
 _compiled_tick: Any = None
 if os.environ.get(TICK_ENV) != "python":
     try:
-        from . import _tick
+        from ._tick import set_up as _set_up_tick
+        from ._tick import tick as _tick
     except ImportError:
         pass
     else:
         try:
-            _tick.set_up(Mod, Callback, ModStats, Run)
+            _set_up_tick(Mod, Callback, ModStats, Run)
         except ImportError:  # the compiled resume is missing
             pass
         else:
-            _compiled_tick = _tick.tick
+            _compiled_tick = _tick
 
 
 @dataclass
