@@ -23,6 +23,7 @@ from ._commands import (
     SetColorArgs,
     SpawnArgs,
     SpawnBatchArgs,
+    new_result,
 )
 from ._errors import WorldError
 from ._model import Entity, Prefab, Prefabs, default_prefabs
@@ -434,8 +435,8 @@ class World:
                     else:
                         v = self._number(v, axis)
                     setattr(entity, axis, v)
-                return CommandResult(command_id, mod, "change", "applied", None,
-                                     f"changed {name}", (entity.name,))
+                return new_result(command_id, mod, "change", "applied", None,
+                                  f"changed {name}", (entity.name,))
             new: list[tuple[str, float]] = []
             for axis in _AXES:
                 if axis in given:
@@ -452,12 +453,12 @@ class World:
                     new.append(("scale", self._scale(v)))
         except _Refused as r:
             # (name,): what _names_of gives for a change
-            return CommandResult(command_id, mod, "change", "refused", r.reason, r.message,
-                                 (name,))
+            return new_result(command_id, mod, "change", "refused", r.reason, r.message,
+                              (name,))
         for axis, v in new:
             setattr(entity, axis, v)
-        return CommandResult(command_id, mod, "change", "applied", None, f"changed {name}",
-                             (entity.name,))
+        return new_result(command_id, mod, "change", "applied", None, f"changed {name}",
+                          (entity.name,))
 
     def _apply_single(self, command: Command) -> CommandResult:
         undo: list[tuple[str, Any]] = []
@@ -466,10 +467,10 @@ class World:
             names, message = self._apply(command, undo)
         except _Refused as r:
             self._undo(undo, mark)
-            return CommandResult(command.id, command.mod, command.kind, "refused", r.reason,
-                                 r.message, _names_of(command))
-        return CommandResult(command.id, command.mod, command.kind, "applied", None,
-                             message, names)
+            return new_result(command.id, command.mod, command.kind, "refused", r.reason,
+                              r.message, _names_of(command))
+        return new_result(command.id, command.mod, command.kind, "applied", None, message,
+                          names)
 
     def _apply_transaction(self, command: Command) -> list[CommandResult]:
         undo: list[tuple[str, Any]] = []

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from moonbox.world import Command, CommandResult, World, WorldError
+from moonbox.world._commands import new_result
 from moonbox.world._world import _PLACEMENT
 
 # Owned by mod a, by mod b, by the host; "gone" never exists.
@@ -181,6 +182,14 @@ def test_commands_and_results_are_the_frozen_dataclasses_they_were():
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.status = "applied"  # type: ignore[misc]
     assert not hasattr(r, "__dict__")
+    # The world's apply makes its results another way: they are the same objects.
+    made = new_result(1, None, "spawn", "refused", "not_found", "", ())
+    assert type(made) is CommandResult and made == r and hash(made) == hash(r)
+    assert dataclasses.replace(made, id=2) == dataclasses.replace(r, id=2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.status = "applied"  # type: ignore[misc]
+    assert not hasattr(made, "__dict__") and made.applied is False
+    assert repr(made) == repr(r)
 
 
 @st.composite
