@@ -135,11 +135,12 @@ def lane_factory(model: type[BaseModel]) -> LaneFactory | None:
     ``mf._lane_version`` is the registry's version (``mf`` sets it when the binding is
     available with no hooks, no approval and no preparation, -1 otherwise), it checks the
     arguments as they come from Lua, calls ``fn`` and returns its result: one value as it
-    is, else a tuple (through ``results``); or it returns ``None`` and the call takes the
-    full path. The call gets its id (``call.call_id``) as on every path. If the registry
-    changed while ``fn`` ran, ``mf._after_lane()`` raises when
-    the call was aborted (its binding removed, its mod unloaded). One frame and no model
-    between Lua and ``fn``.
+    is, else a tuple (through ``results``; with ``results`` None, for a binding with no
+    result model, ``fn``'s tuple as it is and ``None`` as no value); or it returns
+    ``None`` and the call takes the full path. The call gets its id (``call.call_id``) as
+    on every path. If the registry changed while ``fn`` ran, ``mf._after_lane()`` raises
+    when the call was aborted (its binding removed, its mod unloaded). One frame and no
+    model between Lua and ``fn``.
     """
     checks = _checks(model)
     if checks is None:
@@ -160,11 +161,8 @@ def lane_factory(model: type[BaseModel]) -> LaneFactory | None:
         f"        result = fn(call, {', '.join(names)})",
         "        if registry._version != version:",
         "            mf._after_lane(call)",
-        "        if type(result) is tuple or mf._has_result:",
-        "            return results(result)",
-        "        return () if result is None else result",
-        "    return lane",
     ]
+    body = _either(body, ["        return () if result is None else result"])
     return _define("def make(mf, registry, api, fn, results, {defaults}):", body, constants,  # type: ignore[no-any-return]
                    "make", model)
 
@@ -179,10 +177,11 @@ def pairs_lane_factory(model: type[BaseModel]) -> LaneFactory | None:
     as bytes). Under the same registry version test as :func:`lane_factory`'s lanes, it
     checks ``a`` as the first field and each pair as the nested model's field of that
     name, and calls ``fast(call, a, fields)`` with the checked values (a dict, keys
-    decoded). ``fast`` returns the result, or ``None`` to decline before it changed
-    anything. Any key that is not a simple field of the nested model (a table, a list,
-    an unknown name), any value the field's check cannot vouch for, declines too: the
-    call then takes the full path, where pydantic decides and explains.
+    decoded). ``fast`` returns the result (converted as :func:`lane_factory`'s lanes
+    convert ``fn``'s), or ``None`` to decline before it changed anything. Any key that
+    is not a simple field of the nested model (a table, a list, an unknown name), any
+    value the field's check cannot vouch for, declines too: the call then takes the full
+    path, where pydantic decides and explains.
     """
     if not _plain_model(model) or len(model.model_fields) != 2:
         return None
@@ -248,13 +247,21 @@ def pairs_lane_factory(model: type[BaseModel]) -> LaneFactory | None:
         "            return None",
         "        if registry._version != version:",
         "            mf._after_lane(call)",
-        "        if type(result) is tuple or mf._has_result:",
-        "            return results(result)",
-        "        return result",
-        "    return lane",
     ]
+    body = _either(body, ["        return result"])
     return _define("def make(mf, registry, api, fast, results, {defaults}):", body,  # type: ignore[no-any-return]
                    constants, "make", model)
+
+
+def _either(body: list[str], tail: list[str]) -> list[str]:
+    # The lane twice, chosen when it is made: with ``results`` None (a binding with no
+    # result model) the tail alone answers, a tuple as it is (what ``results`` would
+    # give back); otherwise every tuple and every value of a result model goes through
+    # ``results``.
+    converted = ["        if type(result) is tuple or mf._has_result:",
+                 "            return results(result)", *tail]
+    return ["    if results is None:", *(f"    {line}" for line in body + tail),
+            "        return lane", *body, *converted, "    return lane"]
 
 
 def _base(annotation: Any) -> Any:

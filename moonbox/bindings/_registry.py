@@ -628,14 +628,16 @@ class _ModFunction:
         self._has_result = binding.result is not None
         # The sandbox tries the lane first (arguments as they come from Lua) and calls
         # this object when the lane declines: see moonbox.bindings._fast.lane_factory.
+        # With no result model a lane answers fn's tuple as it is, as __call__ does.
+        results = binding.results if self._has_result else None
         factory = binding._lane_factory  # type: ignore[attr-defined]
         self.lane = (None if factory is None
-                     else factory(self, api.registry, api, binding.fn, binding.results))
+                     else factory(self, api.registry, api, binding.fn, results))
         # The same for a call (a, {flat table}) of a binding with fast_pairs: see
         # moonbox.bindings._fast.pairs_lane_factory.
         factory = binding._pairs_lane_factory  # type: ignore[attr-defined]
         self.pairs_lane = (None if factory is None else factory(
-            self, api.registry, api, binding.fast_pairs, binding.results))
+            self, api.registry, api, binding.fast_pairs, results))
 
     def _refresh(self, version: int) -> None:
         # The version is read before what it guards: a change meanwhile bumps it again,

@@ -254,6 +254,15 @@ def dispatch(sb: SandboxState, index: int, *args: Any) -> Any:
             result = hf(call, args)
         elif kind is not tuple:
             result = (result,)
+        if type(result) is tuple:
+            # Numbers exact in Lua, booleans and nils cross as they are: no copy.
+            for value in result:
+                kind = type(value)
+                if kind is float or value is None or kind is bool or (
+                        kind is int and MIN_EXACT_INT <= value <= MAX_EXACT_INT):
+                    continue
+                return lua_results(sb, result)
+            return result
         if not result:
             return _NO_VALUES
         if len(result) == 1:  # the common case: one number, boolean or nil

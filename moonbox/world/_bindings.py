@@ -141,8 +141,12 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
         # change's fast path (Binding.fast_pairs), for a call nothing observes: the name
         # and the table's values come checked as ChangeArgs checks them; a change of
         # placement queues with no model built, anything else declines to change.
+        # _mod_of, written out for the identity it finds: one frame less on every write.
+        mod_id = getattr(call.mod, "mod_id", None)
+        if not isinstance(mod_id, str):
+            mod_id = _mod_of(call)  # refuses
         try:
-            return get_world().submit_placement(name, fields, _mod_of(call))
+            return get_world().submit_placement(name, fields, mod_id)
         except WorldError as exc:
             raise BindingError(f"{exc} [{exc.code}]", reason=exc.code) from None
 
@@ -196,8 +200,16 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
 
     def pos(call: HostCall, name: str) -> tuple[float, float, float] | tuple[None]:
         """x, y, z of the entity, or nil."""
-        p = get_world().position(name)
-        return (None,) if p is None else p
+        w = get_world()
+        if type(w) is not World:
+            p = w.position(name)
+            return (None,) if p is None else p
+        # World.position, written out: a handler reads a position every tick.
+        eid = w._by_name.get(name)
+        if eid is None:
+            return (None,)
+        e = w._entities[eid]
+        return (e.x, e.y, e.z)
 
     def get(call: HostCall, name: str) -> EntityTable | None:
         """The entity as a table, or nil."""

@@ -23,6 +23,7 @@ from ._commands import (
     SetColorArgs,
     SpawnArgs,
     SpawnBatchArgs,
+    new_result,
 )
 from ._errors import WorldError
 from ._model import Entity, Prefab, Prefabs, default_prefabs
@@ -116,7 +117,9 @@ class World:
         self._next_id = 1
         self._next_command = 1
         self._next_auto = 1
-        self._pending: list[Command] = []
+        # Commands in order; a change of placement queued by submit_placement is the
+        # tuple (id, mod, name, fields) (see _modelled).
+        self._pending: list[Command | tuple[int, str | None, str, dict[str, float]]] = []
         self._transactions: dict[str | None, list[Command]] = {}
 
     # -- reads -----------------------------------------------------------------------------
@@ -287,7 +290,7 @@ class World:
             self._check_room(mod, 1)
         command_id = self._next_command
         self._next_command = command_id + 1
-        pending.append(Command(command_id, mod, "change", _Placement(name, fields)))
+        pending.append((command_id, mod, name, fields))  # no object made: see _modelled
         by_mod[mod] = mine + 1
         return command_id
 
@@ -354,8 +357,13 @@ class World:
         dropped = self.rollback(mod)
         kept: list[Command] = []
         for command in self._pending:
-            if command.mod == mod and command.id >= since_id:
-                n = len(command.args) if command.kind == "transaction" else 1
+            if type(command) is tuple:
+                command_id, command_mod = command[0], command[1]
+            else:
+                command_id, command_mod = command.id, command.mod
+            if command_mod == mod and command_id >= since_id:
+                n = (len(command.args)  # type: ignore[union-attr]
+                     if type(command) is not tuple and command.kind == "transaction" else 1)
                 dropped += n
                 self._pending_by_mod[mod] = self._pending_by_mod.get(mod, 0) - n
             else:
@@ -373,7 +381,11 @@ class World:
         self._pending_by_mod.clear()
         results: list[CommandResult] = []
         append = results.append
+        place = self._place
         for command in pending:
+            if type(command) is tuple:  # a change of placement (submit_placement)
+                append(place(*command))
+                continue
             kind = command.kind
             if kind == "change":
                 append(self._apply_change(command))
@@ -391,16 +403,19 @@ class World:
         with a changed copy (no one outside the world holds an entity: it hands out
         copies)."""
         a = command.args
-        if type(a) is _Placement:  # queued by submit_placement: placement only
-            values = given = a.fields
-        else:
-            f = a.fields
-            given = f.__pydantic_fields_set__
-            if not given <= _PLACEMENT:
-                return self._apply_single(command)
-            values = f.__dict__
-        mod = command.mod
-        name = a.name
+        f = a.fields
+        given = f.__pydantic_fields_set__
+        if not given <= _PLACEMENT:
+            return self._apply_single(command)
+        return self._place(command.id, command.mod, a.name, f.__dict__, given)
+
+    def _place(self, command_id: int, mod: str | None, name: str, values: dict[str, Any],
+               given: Any = None) -> CommandResult:
+        """A change of placement only, as :meth:`_apply_change` applies it: ``given``
+        the fields given (``values``' keys if ``None``: a placement queued by
+        :meth:`submit_placement`, whose tuple is these arguments), ``values`` theirs."""
+        if given is None:
+            given = values
         eid = self._by_name.get(name)
         try:
             if eid is None:
@@ -420,8 +435,8 @@ class World:
                     else:
                         v = self._number(v, axis)
                     setattr(entity, axis, v)
-                return CommandResult(command.id, mod, "change", "applied", None,
-                                     f"changed {name}", (entity.name,))
+                return new_result(command_id, mod, "change", "applied", None,
+                                  f"changed {name}", (entity.name,))
             new: list[tuple[str, float]] = []
             for axis in _AXES:
                 if axis in given:
@@ -437,12 +452,13 @@ class World:
                 if v is not None:
                     new.append(("scale", self._scale(v)))
         except _Refused as r:
-            return CommandResult(command.id, mod, "change", "refused", r.reason, r.message,
-                                 _names_of(command))
+            # (name,): what _names_of gives for a change
+            return new_result(command_id, mod, "change", "refused", r.reason, r.message,
+                              (name,))
         for axis, v in new:
             setattr(entity, axis, v)
-        return CommandResult(command.id, mod, "change", "applied", None, f"changed {name}",
-                             (entity.name,))
+        return new_result(command_id, mod, "change", "applied", None, f"changed {name}",
+                          (entity.name,))
 
     def _apply_single(self, command: Command) -> CommandResult:
         undo: list[tuple[str, Any]] = []
@@ -451,10 +467,10 @@ class World:
             names, message = self._apply(command, undo)
         except _Refused as r:
             self._undo(undo, mark)
-            return CommandResult(command.id, command.mod, command.kind, "refused", r.reason,
-                                 r.message, _names_of(command))
-        return CommandResult(command.id, command.mod, command.kind, "applied", None,
-                             message, names)
+            return new_result(command.id, command.mod, command.kind, "refused", r.reason,
+                              r.message, _names_of(command))
+        return new_result(command.id, command.mod, command.kind, "applied", None, message,
+                          names)
 
     def _apply_transaction(self, command: Command) -> list[CommandResult]:
         undo: list[tuple[str, Any]] = []
@@ -882,29 +898,18 @@ class World:
         return iter(self.entities())
 
 
-class _Placement:
-    """The arguments of a change of placement queued by :meth:`World.submit_placement`:
-    what ``ChangeArgs`` would hold, without the model (building one costs more than the
-    rest of the write). Only the world sees it: :attr:`World.pending` and snapshots
-    give the model."""
-
-    __slots__ = ("name", "fields")
-
-    def __init__(self, name: str, fields: dict[str, float]) -> None:
-        self.name = name
-        self.fields = fields
-
-    def model(self) -> ChangeArgs:
+def _modelled(command: Command | tuple[int, str | None, str, dict[str, float]]) -> Command:
+    # The command as submit would have queued it. A change of placement queued by
+    # World.submit_placement is the tuple (id, mod, name, fields): what ChangeArgs would
+    # hold, without the model or a Command (making them costs more than the rest of the
+    # write). Only the world sees it: World.pending and snapshots give the model.
+    if type(command) is tuple:
+        command_id, mod, name, fields = command
         # In the model's field order, as a submitted model would dump.
-        return ChangeArgs.model_validate({"name": self.name, "fields": {
-            k: self.fields[k] for k in ChangeFields.model_fields if k in self.fields}})
-
-
-def _modelled(command: Command) -> Command:
-    # The command as submit would have queued it.
-    if type(command.args) is _Placement:
-        return Command(command.id, command.mod, command.kind, command.args.model())
-    return command
+        return Command(command_id, mod, "change", ChangeArgs.model_validate({
+            "name": name,
+            "fields": {k: fields[k] for k in ChangeFields.model_fields if k in fields}}))
+    return command  # type: ignore[return-value]
 
 
 def _command_doc(command: Command) -> dict[str, Any]:

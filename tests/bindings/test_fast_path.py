@@ -281,6 +281,39 @@ def test_unpacking_binding_with_a_result_model():
     reg.close()
 
 
+class Shape(BaseModel):
+    which: int
+
+
+_SHAPES: list[Any] = [None, 1.5, 7, 2**60, True, "one", (), (None,), (1.5, 2.5, 3.5),
+                      (1, None, False), (2**60, "two", -0.0), [1, 2], {"k": 1}]
+
+
+@pytest.mark.parametrize("which", range(len(_SHAPES)))
+def test_lane_and_full_path_give_the_same_results_of_every_shape(which):
+    # A lane answers fn's value as the full path converts it: none, one, several.
+    reg = Registry()
+    reg.register(Binding("shape_fast", Shape, lambda c, w: _SHAPES[w], unpack=True))
+    reg.register(Binding("shape_model", Shape, lambda c, a: _SHAPES[a.which]))
+    src = """local f = ...
+    local function pack(...) return {n = select("#", ...), ...} end
+    local r = pack(f(WHICH))
+    local out = {r.n}
+    for i = 1, r.n do
+      local v = r[i]
+      out[#out + 1] = type(v) == "table" and "table" or v
+    end
+    return out""".replace("WHICH", str(which))
+    with reg.mod("m", Permissions(mode="full")) as api:
+        sb = api.sandbox(Budget(wall_s=10))
+        fast = sb.run(f"return (function(...) {src} end)(shape_fast)")
+        full = sb.run(f"return (function(...) {src} end)(shape_model)")
+        assert fast.ok and full.ok
+        assert fast.value == full.value
+        sb.close()
+    reg.close()
+
+
 def test_unpacking_binding_called_from_python_validates_too():
     binding = Binding("step", Step, _step, unpack=True)
     assert binding(None, (2, 3)) == (6.0, "float", "")  # type: ignore[arg-type]

@@ -219,3 +219,42 @@ def test_the_time_budget_holds_for_big_loop_free_functions(jit):
         elapsed = time.perf_counter() - t0
     assert out.budget == "time"
     assert elapsed < 0.1 + 0.5  # generous: shared machines
+
+
+class _Answers:
+    """A host function answering a fixed tuple of results, by the lane or the full path."""
+
+    cost = 1
+
+    def __init__(self, name: str, answer: tuple, lane: bool) -> None:
+        self.name = name
+        self._answer = answer
+        if lane:
+            self.lane = lambda call, args: self._answer
+
+    def __call__(self, call, args):
+        return self._answer
+
+
+@pytest.mark.parametrize("lane", [False, True])
+def test_several_results_cross_as_lua_values_whatever_their_types(jit, lane):
+    # Numbers exact in Lua, booleans and nils cross as they are; an int past 2^53 still
+    # crosses as a number and a str as a string, among them or alone.
+    answers = [
+        _Answers("plain", (1.5, None, True, -0.0, 7), lane),
+        _Answers("mixed", (1.5, 2**62, "text", False), lane),
+        _Answers("huge", (2**70, 2**53 + 1), lane),
+        _Answers("none", (), lane),
+    ]
+    src = """
+    local function pack(...) return {n = select("#", ...), ...} end
+    local p, m, h, n = pack(plain()), pack(mixed()), pack(huge()), pack(none())
+    return p.n, p[1], p[2], p[3], 1 / p[4], p[5],
+           m.n, m[1], type(m[2]), m[2] == 2^62, m[3], m[4],
+           h.n, type(h[1]), type(h[2]), n.n
+    """
+    with Sandbox(jit=jit, host_functions=answers) as sb:
+        assert sb.run(src).values == (
+            5, 1.5, None, True, -float("inf"), 7,
+            4, 1.5, "number", True, "text", False,
+            2, "number", "number", 0)

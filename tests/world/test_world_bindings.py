@@ -7,6 +7,7 @@ import math
 import pytest
 
 from moonbox import Sandbox
+from moonbox.bindings import Permissions, Registry
 from moonbox.world import WORLD_BINDINGS, World, world_bindings
 
 
@@ -235,3 +236,27 @@ def test_bindings_can_follow_a_swapped_world(mod_sandbox):
     bindings = world_bindings(lambda: current["w"])
     assert bindings[0].name == "coreai_world_spawn"
     current["w"] = worlds[1]  # the callable is read at call time
+
+
+def test_a_world_of_its_own_kind_answers_positions_itself():
+    # pos reads a World's entities directly; a subclass's own position is kept.
+    class Offset(World):
+        def position(self, name: str) -> tuple[float, float, float] | None:
+            p = super().position(name)
+            return None if p is None else (p[0] + 10, p[1], p[2])
+
+    registry = Registry()
+    for world in (World(), Offset()):
+        world.submit("spawn", {"prefab": "cube", "name": "c", "x": 1, "y": 2, "z": 3})
+        world.apply()
+        for binding in world_bindings(world):
+            registry.register(binding)
+        api = registry.mod("m", Permissions(mode="auto"))
+        with api.sandbox() as sb:
+            out = sb.run('local x, y, z = coreai_world_pos("c") '
+                         'return x, y, z, coreai_world_pos("none")')
+        api.close()
+        for binding in world_bindings(world):
+            registry.unregister(binding.name)
+        assert out.values == ((11.0 if type(world) is Offset else 1.0), 2.0, 3.0, None)
+    registry.close()

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from moonbox.world import Command, CommandResult, World, WorldError
+from moonbox.world._commands import new_result
 from moonbox.world._world import _PLACEMENT
 
 # Owned by mod a, by mod b, by the host; "gone" never exists.
@@ -181,3 +182,49 @@ def test_commands_and_results_are_the_frozen_dataclasses_they_were():
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.status = "applied"  # type: ignore[misc]
     assert not hasattr(r, "__dict__")
+    # The world's apply makes its results another way: they are the same objects.
+    made = new_result(1, None, "spawn", "refused", "not_found", "", ())
+    assert type(made) is CommandResult and made == r and hash(made) == hash(r)
+    assert dataclasses.replace(made, id=2) == dataclasses.replace(r, id=2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.status = "applied"  # type: ignore[misc]
+    assert not hasattr(made, "__dict__") and made.applied is False
+    assert repr(made) == repr(r)
+
+
+@st.composite
+def placements(draw: Any) -> tuple[str, str | None, dict[str, float]]:
+    # What the change binding's lane hands submit_placement: placement fields only, their
+    # values floats (it converts ints within 2**63), a name of at most 256 characters.
+    name = draw(st.sampled_from(NAMES))
+    mod = draw(st.sampled_from(["a", "b", None]))
+    keys = draw(st.lists(st.sampled_from(sorted(_PLACEMENT)), min_size=1, max_size=4,
+                         unique=True))
+    return name, mod, {key: float(draw(hostile)) for key in keys}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ticks=st.lists(st.lists(st.one_of(placements(), changes()), max_size=6),
+                      min_size=1, max_size=3),
+       discard=st.one_of(st.none(), st.tuples(st.sampled_from(["a", "b", None]),
+                                              st.integers(1, 40))))
+def test_a_placement_queued_fast_applies_as_its_model_would(ticks, discard):
+    fast, full = _world(), _world()
+    for commands in ticks:
+        for name, mod, fields in commands:
+            queued = fast.submit_placement(name, dict(fields), mod)
+            if queued is None:
+                queued = fast.submit("change", {"name": name, "fields": fields}, mod).id
+            assert queued == full.submit("change", {"name": name, "fields": fields}, mod).id
+        assert fast.pending == full.pending
+        assert fast.snapshot(pending=True) == full.snapshot(pending=True)
+        if discard is not None:
+            assert fast.discard(*discard) == full.discard(*discard)
+            assert fast.pending == full.pending
+            assert fast._pending_by_mod == full._pending_by_mod
+        results = fast.apply()
+        _same_results(results, full.apply())
+        for r in results:
+            event(f"{r.status} {r.reason}")
+    assert _entities(fast) == _entities(full)
+    assert fast.content_hash() == full.content_hash()
