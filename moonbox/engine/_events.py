@@ -78,10 +78,12 @@ class Events:
             applied = result.status == "applied"
             mod = mods.get(result.mod) if result.mod is not None else None
             if mod is not None:
+                # (The stats as they are: the tally of calls they take when read is no
+                # concern of the counts of commands.)
                 if applied:
-                    mod.stats.commands_applied += 1
+                    mod._stats.commands_applied += 1
                 else:
-                    mod.stats.commands_refused += 1
+                    mod._stats.commands_refused += 1
                     if "world:refused" in mod.by_event:
                         self._enqueue(mod, Event("world:refused", result.to_dict(), None, t))
             if applied and result.kind in _ANNOUNCED:

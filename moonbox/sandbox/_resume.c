@@ -179,13 +179,14 @@ typedef struct {
 static PyTypeObject ResumerType;
 
 /* The crossing's markers, the first value it answers (light userdata no mod can make). */
-static char MARK_OK, MARK_PRELUDE, MARK_TAKE, MARK_FAILED;
+static char MARK_OK, MARK_PRELUDE, MARK_TAKE, MARK_FAILED, MARK_FLAT;
 
 #define LUA_GLOBALSINDEX (-10002)
 #define UPVALUE(i) (LUA_GLOBALSINDEX - (i))
 #define LUA_TBOOLEAN 1
 #define LUA_TNUMBER 3
 #define LUA_TSTRING 4
+#define LUA_TTABLE 5
 /* At most this many arguments: a flat table's 16 pairs after its call's two values. */
 #define CROSSING_MAX_ARGS 34
 
@@ -293,6 +294,18 @@ c_host(lua_State *L)
     }
     double cost = api.tonumber(L, 2);
     double c = (double)M->window - cost;
+    if (!plain && r->open && nargs == 2 && api.type(L, 4) == LUA_TTABLE) {
+        /* (a, t): charged and checked here as the prelude's way would, then the prelude
+         * walks t (flat_call) without doing that again. */
+        int t = api.type(L, 3);
+        if ((t == LUA_TNIL || t == LUA_TBOOLEAN || t == LUA_TNUMBER || t == LUA_TSTRING) &&
+                c >= (double)M->poll && heap_kb(L) <= M->host_call_max_kb) {
+            M->window = (int32_t)c;
+            api.pushlightuserdata(L, &MARK_FLAT);
+            api.replace(L, 2);
+            return top - 1;
+        }
+    }
     if (!plain || c < (double)M->poll || heap_kb(L) > M->host_call_max_kb) {
         /* The prelude's way does it all: the marker, then the arguments. */
         api.pushlightuserdata(L, &MARK_PRELUDE);
@@ -474,6 +487,8 @@ register_protected(lua_State *L)
     api.setfield(L, LUA_REGISTRYINDEX, "moonbox.c_take");
     api.pushlightuserdata(L, &MARK_FAILED);
     api.setfield(L, LUA_REGISTRYINDEX, "moonbox.c_failed");
+    api.pushlightuserdata(L, &MARK_FLAT);
+    api.setfield(L, LUA_REGISTRYINDEX, "moonbox.c_flat");
     return 0;
 }
 

@@ -128,14 +128,17 @@ do
   -- calls the host's dispatcher itself, without lupa's conversions (a flat table argument
   -- crosses as its pairs, walked here: see flat_call). It answers with a
   -- marker first: C_OK and the results; C_PRELUDE and the arguments, having done
-  -- nothing (the prelude's way then does it all); C_TAKE, the results waiting with the
-  -- host (values only lupa converts); or C_FAILED and the message. The host binds it
+  -- nothing (the prelude's way then does it all); C_FLAT and (a, t), a call whose last
+  -- of two arguments is a table, charged and checked as prelude_call would (flat_call
+  -- walks it); C_TAKE, the results waiting with the host (values only lupa converts); or
+  -- C_FAILED and the message. The host binds it
   -- after the prelude has run, before it makes the host functions: read from the registry
   -- by the first of them.
-  local C_OK, C_PRELUDE, C_TAKE, C_FAILED
+  local C_OK, C_PRELUDE, C_TAKE, C_FAILED, C_FLAT  -- C_FLAT: (a, t), charged and checked
 
   function c_after(id, cost, first, ...)
     if first == C_OK then return ... end
+    if first == C_FLAT then return flat_call(id, ...) end
     if first == C_PRELUDE then return prelude_call(id, cost, ...) end
     if first == C_TAKE then return finish(c_take()) end
     return fail((...))  -- C_FAILED
@@ -156,7 +159,7 @@ do
       c_host = registry["moonbox.c_host"]
       C_OK, C_PRELUDE = registry["moonbox.c_ok"], registry["moonbox.c_prelude"]
       C_TAKE, C_FAILED = registry["moonbox.c_take"], registry["moonbox.c_failed"]
-      c_bind = registry["moonbox.c_bind"]
+      c_bind, C_FLAT = registry["moonbox.c_bind"], registry["moonbox.c_flat"]
     end
     if c_host ~= nil and c_take ~= nil then
       if bound and c_bind ~= nil then return c_bind(id, cost, c_after) end
