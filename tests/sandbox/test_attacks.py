@@ -652,7 +652,7 @@ LOOP_SHAPES = {
         "local function f(n) if n then return n end return f(n) end while true do f(1) end"
     ),
     "base_case_comparing_long_strings": (
-        "local s = string.rep('x', 2^20) local t = s .. 'y' "
+        "local s = string.rep('x', 2^16) local t = s .. 'y' "
         "local function f(a) if s < a then return 1 end return f(t) end while true do f(t) end"
     ),
     # Short unpacks run as the guard's own Lua code, so a dispatch loop through pcall and
