@@ -422,6 +422,14 @@ c_host(lua_State *L)
 
 #define LUA_MULTRET (-1)
 
+static int
+stack_overflow(lua_State *L)
+{
+    /* A C function has room for a few values whatever its arguments (LUA_MINSTACK). */
+    api.pushstring(L, "stack overflow");
+    return api.error(L);
+}
+
 /* A host function's crossing bound to the function (c_bind): upvalues the binding, the
  * function's id and cost, and the prelude's c_after (dispatch.lua). The commonest answer,
  * C_OK and the results, is the function's own; any other goes to c_after as it would
@@ -431,22 +439,25 @@ c_host(lua_State *L)
 static int
 c_host_bound(lua_State *L)
 {
-    int nargs = api.gettop(L);
-    if (!api.checkstack(L, 4)) {
-        return 0;  /* cannot fail in LuaJIT short of memory, which raises */
+    /* Room for the id and cost, then for c_after, id and cost before an answer that keeps
+     * the arguments (the prelude's way, a table to walk). A call with nearly as many
+     * arguments as a stack holds fails as the prelude's closure's call would. */
+    if (!api.checkstack(L, 5)) {
+        return stack_overflow(L);
     }
     api.pushvalue(L, UPVALUE(2));
     api.insert(L, 1);
     api.pushvalue(L, UPVALUE(3));
     api.insert(L, 2);
-    (void)nargs;
     int k = c_host(L);  /* its answer: the top k values */
     int base = api.gettop(L) - k;
     if (k > 0 && api.touserdata(L, base + 1) == &MARK_OK) {
         api.remove(L, base + 1);
         return k - 1;
     }
-    api.checkstack(L, 3);
+    if (!api.checkstack(L, 3)) {
+        return stack_overflow(L);
+    }
     api.pushvalue(L, UPVALUE(4));
     api.insert(L, base + 1);
     api.pushvalue(L, UPVALUE(2));

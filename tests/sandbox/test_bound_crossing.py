@@ -78,3 +78,14 @@ def test_a_preemptible_sandbox_keeps_the_preludes_closures():
     with Sandbox(Budget(steps=10_000), preempt=True,
                  host_functions=moonbox.default_bindings()) as sb:
         assert what(sb) == "Lua"
+
+
+def test_a_call_with_as_many_arguments_as_a_stack_holds_fails(monkeypatch):
+    # Near LuaJIT's limit of a C function's stack (8,000 slots), the bound function has no
+    # room for what it adds: the call fails, it never answers as if it had been made.
+    with Sandbox(Budget(steps=10**7), host_functions=moonbox.default_bindings()) as sb:
+        for n in range(7990, 8001):
+            out = sb.run("local t = {} for i = 1, ... do t[i] = i end "
+                         "return pcall(report, unpack(t))", "=call", args=(n,))
+            assert out.status == "error" or out.values[0] is False, (n, out)
+            assert not out.reports
