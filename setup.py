@@ -26,13 +26,13 @@ setup(
         Extension(
             "moonbox.sandbox._resume",
             ["moonbox/sandbox/_resume.c"],
-            depends=["moonbox/sandbox/_resume.h"],
+            depends=["moonbox/sandbox/_resume.h", "moonbox/sandbox/_slots.h"],
             optional=True,
         ),
         Extension(
             "moonbox.engine._tick",
             ["moonbox/engine/_tick.c"],
-            depends=["moonbox/sandbox/_resume.h"],
+            depends=["moonbox/sandbox/_resume.h", "moonbox/sandbox/_slots.h"],
             optional=True,
         ),
     ],

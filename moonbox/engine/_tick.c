@@ -24,8 +24,8 @@
 #include <math.h>
 
 #include "../sandbox/_resume.h"
+#include "../sandbox/_slots.h"
 
-#define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 
 static const ResumeAPI *resume;
 
@@ -89,73 +89,6 @@ static PyTypeObject TallyType = {
     .tp_getset = tally_getset,
 };
 
-static Py_ssize_t
-slot_offset(PyObject *type, const char *name)
-{
-    PyObject *d = PyObject_GetAttrString(type, name);
-    if (d == NULL) {
-        return -1;
-    }
-    Py_ssize_t off = -1;
-    if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
-        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-        if (m->type == T_OBJECT_EX && !(m->flags & READONLY)) {
-            off = m->offset;
-        }
-    }
-    Py_DECREF(d);
-    if (off < 0) {
-        PyErr_Format(PyExc_TypeError, "%s is not an object slot", name);
-    }
-    return off;
-}
-
-static inline int
-set_slot(PyObject *o, Py_ssize_t off, PyObject *v)
-{
-    if (v == NULL) {
-        return -1;
-    }
-    PyObject *old = SLOT(o, off);
-    SLOT(o, off) = v;
-    Py_XDECREF(old);
-    return 0;
-}
-
-static inline int
-add_to_slot(PyObject *o, Py_ssize_t off, PyObject *delta)
-{
-    if (delta == NULL) {
-        return -1;
-    }
-    PyObject *old = SLOT(o, off);
-    PyObject *sum = old == NULL ? NULL : PyNumber_Add(old, delta);
-    Py_DECREF(delta);
-    return sum == NULL ? -1 : set_slot(o, off, sum);
-}
-
-/* `not x` of a slot: 1 when it is empty or false, 0 when not, -1 when unset. */
-static inline int
-empty(PyObject *o, Py_ssize_t off)
-{
-    PyObject *v = SLOT(o, off);
-    if (v == NULL) {
-        return -1;
-    }
-    if (v == Py_False || v == Py_None) {
-        return 1;
-    }
-    if (v == Py_True) {
-        return 0;
-    }
-    int t = PyObject_IsTrue(v);
-    if (t < 0) {
-        PyErr_Clear();
-        return -1;
-    }
-    return !t;
-}
-
 PyDoc_STRVAR(set_up_doc,
 "set_up(Mod, Callback, ModStats, Run)\n\n"
 "The classes whose slots the tick reads and writes. Until it is called (and where the\n"
@@ -209,9 +142,9 @@ static PyObject *
 steady_handler(PyObject *mod, PyObject *t)
 {
     PyObject *run = SLOT(mod, k.mod_run);
-    if (run == NULL || run == Py_None || empty(mod, k.mod_queue) != 1 ||
-            empty(mod, k.mod_tasks) != 1 || empty(mod, k.mod_isolated) != 1 ||
-            empty(mod, k.mod_failures) != 1 || empty(mod, k.mod_trips) != 1) {
+    if (run == NULL || run == Py_None || truth(mod, k.mod_queue) != 0 ||
+            truth(mod, k.mod_tasks) != 0 || truth(mod, k.mod_isolated) != 0 ||
+            truth(mod, k.mod_failures) != 0 || truth(mod, k.mod_trips) != 0) {
         return NULL;
     }
     PyObject *timers = SLOT(mod, k.mod_timers);
@@ -355,7 +288,7 @@ tick(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyObject *call_args[2] = {SLOT(cb, k.cb_id), t};
         RunCall c = {0};
         /* A start read on another clock is no start: the call reads its own. */
-        int ran = resume->run_call(run, process == -1 ? NAN : start, call_args, 2, 0, &c);
+        int ran = resume->run_call(run, process == -1 ? NAN : start, call_args, 2, &c);
         if (ran == RUN_PLAIN) {
             if (pop_chain(chain) < 0) {
                 failed = -2;

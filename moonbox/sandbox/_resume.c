@@ -37,6 +37,7 @@
 #include <time.h>
 
 #include "_resume.h"
+#include "_slots.h"
 
 typedef struct lua_State lua_State;
 typedef int (*lua_CFunction)(lua_State *L);
@@ -915,63 +916,12 @@ static struct {
     PyTypeObject *run_type, *sandbox_type;
     PyObject *monotonic, *process_time;  /* the clocks a sandbox may read */
     Py_ssize_t run_sandbox, run_open, run_reports, run_dropped_now, run_report_chars,
-        run_c_co, run_c_run, run_id, run_steps, run_wall, run_resumes, run_ended_at,
-        run_peak;
+        run_c_co, run_c_run, run_id, run_peak;
     Py_ssize_t sb_running, sb_call_limit, sb_current_limit, sb_lua_budget, sb_budget,
         sb_dropped, sb_watchdog, sb_start, sb_deadline, sb_wall_s_limit, sb_late_s,
         sb_growth, sb_fresh, sb_clock, sb_resumer;
     int ready;
 } steady;
-
-#define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
-
-/* The offset of slot `name` of `type` (a member descriptor of an object slot), or -1. */
-static Py_ssize_t
-slot_offset(PyObject *type, const char *name)
-{
-    PyObject *d = PyObject_GetAttrString(type, name);
-    if (d == NULL) {
-        return -1;
-    }
-    Py_ssize_t off = -1;
-    if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
-        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-        if (m->type == T_OBJECT_EX && !(m->flags & READONLY)) {
-            off = m->offset;
-        }
-    }
-    Py_DECREF(d);
-    if (off < 0) {
-        PyErr_Format(PyExc_TypeError, "%s is not an object slot", name);
-    }
-    return off;
-}
-
-/* Sets a slot to a new reference (NULL: fails, as the value's making did). */
-static inline int
-set_slot(PyObject *o, Py_ssize_t off, PyObject *v)
-{
-    if (v == NULL) {
-        return -1;
-    }
-    PyObject *old = SLOT(o, off);
-    SLOT(o, off) = v;
-    Py_XDECREF(old);
-    return 0;
-}
-
-/* slot += delta (ints or floats, as Python adds them). */
-static inline int
-add_to_slot(PyObject *o, Py_ssize_t off, PyObject *delta)
-{
-    if (delta == NULL) {
-        return -1;
-    }
-    PyObject *old = SLOT(o, off);
-    PyObject *sum = old == NULL ? NULL : PyNumber_Add(old, delta);
-    Py_DECREF(delta);
-    return sum == NULL ? -1 : set_slot(o, off, sum);
-}
 
 /* The sandbox's clock, read as time.monotonic and time.process_time read it. */
 static double
@@ -1001,8 +951,7 @@ set_up(PyObject *self, PyObject *args)
     RUN(run_sandbox, "sandbox") RUN(run_open, "_open") RUN(run_reports, "reports")
     RUN(run_dropped_now, "reports_dropped_now") RUN(run_report_chars, "_report_chars")
     RUN(run_c_co, "_c_co") RUN(run_c_run, "_c_run") RUN(run_id, "_id")
-    RUN(run_steps, "_steps") RUN(run_wall, "_wall_s") RUN(run_resumes, "resumes")
-    RUN(run_ended_at, "ended_at") RUN(run_peak, "peak_bytes")
+    RUN(run_peak, "peak_bytes")
     SB(sb_running, "_running") SB(sb_call_limit, "_call_limit")
     SB(sb_current_limit, "_current_limit") SB(sb_lua_budget, "_lua_budget")
     SB(sb_budget, "budget") SB(sb_dropped, "_dropped") SB(sb_watchdog, "_watchdog")
@@ -1021,27 +970,6 @@ set_up(PyObject *self, PyObject *args)
     Py_XSETREF(steady.process_time, process_time);
     steady.ready = 1;
     Py_RETURN_NONE;
-}
-
-/* A slot's truth, as `not x` tests it; -1 for a slot not set (or a failure). */
-static inline int
-truth(PyObject *o, Py_ssize_t off)
-{
-    PyObject *v = SLOT(o, off);
-    if (v == Py_True) {
-        return 1;
-    }
-    if (v == Py_False || v == Py_None) {
-        return 0;
-    }
-    if (v == NULL) {
-        return -1;
-    }
-    int t = PyObject_IsTrue(v);
-    if (t < 0) {
-        PyErr_Clear();
-    }
-    return t;
 }
 
 /* A slot holding a float or an int, as a double; NAN when it holds neither. */
@@ -1083,7 +1011,7 @@ slot_exact(PyObject *o, Py_ssize_t off, long long *out)
 
 /* Run.call(start, *args) compiled: see _resume.h. */
 static int
-run_call(PyObject *run, double start, PyObject *const *args, int n, int account, RunCall *out)
+run_call(PyObject *run, double start, PyObject *const *args, int n, RunCall *out)
 {
     if (!steady.ready || Py_TYPE(run) != steady.run_type || n > 8) {
         return RUN_BEFORE;
@@ -1198,23 +1126,12 @@ run_call(PyObject *run, double start, PyObject *const *args, int n, int account,
         out->end = end;
         out->wall = wall;
         out->steps = f.steps;
-        PyObject *peak = NULL;
         out->peaked = 0;
-        if (account && (set_slot(run, steady.run_ended_at, PyFloat_FromDouble(end)) < 0 ||
-                        add_to_slot(run, steady.run_steps, number(f.steps)) < 0 ||
-                        add_to_slot(run, steady.run_wall, PyFloat_FromDouble(wall)) < 0 ||
-                        add_to_slot(run, steady.run_resumes, PyLong_FromLong(1)) < 0)) {
-            return RUN_FAILED;
-        }
-        if (kind == CALL_FIGURES) {
-            double had = slot_double(run, steady.run_peak);
-            if (!(f.peak <= had)) {
-                peak = number(f.peak);
-                if (set_slot(run, steady.run_peak, peak) < 0) {
-                    return RUN_FAILED;
-                }
-                out->peaked = 1;
+        if (kind == CALL_FIGURES && !(f.peak <= slot_double(run, steady.run_peak))) {
+            if (set_slot(run, steady.run_peak, number(f.peak)) < 0) {
+                return RUN_FAILED;
             }
+            out->peaked = 1;
         }
         return RUN_PLAIN;
     }

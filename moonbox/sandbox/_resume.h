@@ -10,11 +10,12 @@
 
 /* How run_call ended. RUN_BEFORE: nothing ran (the run's report allowance may have been
  * renewed, as Run.call renews it): the call takes Run.call's way. RUN_PLAIN: a yield of
- * nothing within the budget, accounted in the run as Run.call accounts it. RUN_ENDED:
- * the run was resumed (or its end is yet to be found) and ended otherwise; the sandbox
- * still marks the run running, and Run._finish_call(start, res, args, error) finishes
- * it. RUN_FAILED: the accounting of a plain end failed (no memory): the exception is set,
- * and the run's figures may lag that one call. */
+ * nothing within the budget; the run's peak_bytes is kept up (RunCall.peaked), and the
+ * rest of the call's accounting (its steps, time, the run's resumes and ended_at) is the
+ * caller's. RUN_ENDED: the run was resumed (or its end is yet to be found) and ended
+ * otherwise; the sandbox still marks the run running, and Run._finish_call(start, res,
+ * args, error) finishes it, accounting it as Run.call does. RUN_FAILED: keeping the
+ * peak failed (no memory): the exception is set. */
 enum { RUN_BEFORE, RUN_PLAIN, RUN_ENDED, RUN_FAILED };
 
 typedef struct {
@@ -26,11 +27,8 @@ typedef struct {
 } RunCall;
 
 typedef struct {
-    /* Run.call(start, *args), compiled; start NAN: the clock is read first. With account
-     * 0, a plain end leaves the run's steps, wall time, resumes and ended_at as they were
-     * (its peak_bytes still rises): the caller accounts the call itself. */
-    int (*run_call)(PyObject *run, double start, PyObject *const *args, int n, int account,
-                    RunCall *out);
+    /* Run.call(start, *args), compiled; start NAN: the clock is read first. */
+    int (*run_call)(PyObject *run, double start, PyObject *const *args, int n, RunCall *out);
     /* The sandbox clocks, read as time.monotonic and time.process_time read them. */
     double (*clock_now)(int process);
 } ResumeAPI;
