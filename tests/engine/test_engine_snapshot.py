@@ -111,6 +111,9 @@ end)
 POOL = {"walker": WALKER, "clock": CLOCK, "waiter": WAITER, "talker": TALKER,
         "faulty": FAULTY, "talker2": TALKER}
 LIMITS = ModLimits(max_failures=3)
+# Steps bound the mods' calls; the wall budget is the default's ten times, for a loaded
+# machine: a host pause inside a main chunk's build once passed the default 0.25 s.
+BUDGET = Budget(steps=200_000, wall_s=2.5, alloc_bytes=4 << 20, max_memory=32 << 20)
 
 
 def load(game: Game, names: list[str]) -> None:
@@ -155,14 +158,14 @@ def run_on(game: Game, ticks: int, pokes: dict[int, list[int]]) -> list:
 
 def check_restores_alike(seed: int, names: list[str], before: int, after: int,
                          pokes: dict[int, list[int]], **restored_options) -> None:
-    with Game(seed=seed, limits=LIMITS) as live:
+    with Game(seed=seed, limits=LIMITS, budget=BUDGET) as live:
         load(live, names)
         run_on(live, before, pokes)
         snapshot = live.snapshot()
         assert snapshot.unresumable == ()
         data = snapshot.to_bytes()
         on = run_on(live, after, pokes)
-        with Game(seed=seed, limits=LIMITS, **restored_options) as copy:
+        with Game(seed=seed, limits=LIMITS, budget=BUDGET, **restored_options) as copy:
             report = copy.restore(data)
             assert report.lost == [] and report.quarantined == []
             again = run_on(copy, after, pokes)
