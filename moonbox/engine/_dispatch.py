@@ -20,6 +20,7 @@ from ._protocol import (
     DONE_ONLY,
     FAILED,
     MISSING,
+    PAUSED_RUN,
     WAIT,
     checked_yield,
     error_from_message,
@@ -406,6 +407,13 @@ class Dispatch:
                 message = values[1] if len(values) > 1 else "failed"
                 self._fail(mod, label, where, error_from_message(message, mod.chunk))
                 return None
+            if code == PAUSED_RUN and type(code) is int:
+                # The dispatcher's coroutine is the task now: its run is done with (the
+                # Lua side keeps the coroutine), and the next call starts it again.
+                run, mod._run = mod._run, None
+                if run is not None:
+                    run.close()
+                values = (WAIT, *values[1:])
             checked = checked_yield(values)
             if checked is None:
                 # The engine library never yields this: the mod's code yielded past it.

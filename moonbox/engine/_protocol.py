@@ -24,6 +24,7 @@ __all__ = [
     "MAX_MESSAGE_CHARS",
     "MAX_WAIT_TICKS",
     "MISSING",
+    "PAUSED_RUN",
     "RUNTIME",
     "RUNTIME_CHUNK",
     "WAIT",
@@ -38,6 +39,9 @@ RUNTIME = resources.files("moonbox.engine").joinpath("mod_runtime.lua").read_tex
 """The engine library's source (``mod_runtime.lua``)."""
 
 DONE, WAIT, FAILED, MISSING = 0, 1, 2, 3
+# A wait whose task is the dispatcher's own coroutine: a callback it ran on it paused. The
+# Lua side keeps that coroutine as the task; the host starts the dispatcher again.
+PAUSED_RUN = 4
 DONE_ONLY = ()  # what the dispatcher yields when a handler returned normally
 _DONE_PLAIN = (DONE, None, None)  # the same, as the codes read it
 MAX_WAIT_TICKS = 1_000_000  # wait(ticks): 1..MAX_WAIT_TICKS

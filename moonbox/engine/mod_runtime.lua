@@ -21,8 +21,10 @@
 --   code 1: waiting: task x for y ticks (then, for a wait with a resume point: its name
 --           and data)
 --   code 2: failed with message x                 code 3: no such callback, task or export
+--   code 4: as code 1, and the task is the dispatcher's own coroutine (see dispatcher):
+--           the host starts the dispatcher again for its next call
 
-local seed, worker_resume = ...
+local seed, worker_resume, worker_call, raw_running, task_resume = ...
 
 -- Captured before the mod's code can replace any global.
 local env = _G
@@ -35,6 +37,7 @@ local co_create, co_resume, co_yield = coroutine.create, coroutine.resume, corou
 -- game's worker processes do not): what a mod's coroutine.resume checks besides the
 -- depth and the trip is of no use for coroutines no mod can reach.
 local resume_worker = worker_resume or co_resume
+local resume_task = task_resume or co_resume
 
 -------------------------------------------------------------------------------------------
 -- math.random: the runtime's own generator written out here, so that a snapshot of the
@@ -183,6 +186,13 @@ local next_task = 0
 local WAIT, DONE = {}, {}
 local MAX_WAIT = 1000000
 local workers = setmetatable({}, { __mode = "k" })  -- every worker coroutine: true
+-- The dispatcher's coroutine while it runs a callback on it (see dispatcher), and that
+-- callback.
+local direct, direct_fn = nil, nil
+-- The callbacks that once paused on the dispatcher's coroutine: run in workers from then on.
+local waits = setmetatable({}, { __mode = "k" })
+-- The dispatcher starts again because its coroutine became a task, not after a trip.
+local restarted = false
 
 -- A binding error carries the position of the line in this file: give the mod's own.
 local function strip(message)
@@ -296,6 +306,27 @@ local function plain(v, depth, seen)
   return true
 end
 
+-- A callback the dispatcher runs on its own coroutine pauses: that coroutine becomes the
+-- waiting task (a worker from now on: see dispatcher), and the host, told so by code 4,
+-- starts the dispatcher again for the calls after this one. A pause that cannot yield
+-- (inside a call from C) fails as the yield does, with nothing changed.
+local function wait_direct(ticks, point, data)
+  local co, fn = direct, direct_fn
+  direct, direct_fn = nil, nil
+  next_task = next_task + 1
+  local id = next_task
+  tasks[id], workers[co] = co, true
+  restarted = true
+  waits[fn] = true
+  local ok, err = pcall(co_yield, 4, id, ticks, point, data)
+  if ok then return end  -- resumed as the task, with no values
+  tasks[id], workers[co] = nil, nil
+  next_task = id - 1
+  restarted = false
+  direct, direct_fn = co, fn
+  error(err, 0)
+end
+
 -- wait(ticks, point, data): pause this handler, timer or task; it resumes that many ticks
 -- later. With a resume point (a name given to resume_point), a restore from a snapshot
 -- taken meanwhile calls that point's function with a copy of data (taken now) instead.
@@ -304,7 +335,10 @@ function env.wait(ticks, point, data)
   if type(ticks) ~= "number" or ticks ~= ticks or ticks < 1 or ticks > MAX_WAIT then
     error("wait: ticks must be a number from 1 to 1000000", 2)
   end
-  if point == nil then return co_yield(WAIT, floor(ticks)) end
+  if point == nil then
+    if direct ~= nil and raw_running() == direct then return wait_direct(floor(ticks)) end
+    return co_yield(WAIT, floor(ticks))
+  end
   if type(point) ~= "string" or points[point] == nil then
     error("wait: no resume point is named " .. (type(point) == "string" and point or type(point))
       .. "; declare it with resume_point(name, fn)", 2)
@@ -312,6 +346,9 @@ function env.wait(ticks, point, data)
   if not plain(data, 0, {}) then
     error("wait: data must be plain data (nil, booleans, numbers, strings and tables of "
       .. "them, no cycles)", 2)
+  end
+  if direct ~= nil and raw_running() == direct then
+    return wait_direct(floor(ticks), point, data)
   end
   return co_yield(WAIT, floor(ticks), point, data)
 end
@@ -362,6 +399,14 @@ if type(lib_co) == "table" then
       local co = running()
       if co ~= nil and workers[co] then return nil end
       return co
+    end
+  end
+  -- A bare yield waits one tick, on the dispatcher's coroutine too.
+  local yield = lib_co.yield
+  if yield ~= nil and worker_call ~= nil then
+    lib_co.yield = function(...)
+      if direct ~= nil and raw_running() == direct then return wait_direct(1) end
+      return yield(...)
     end
   end
 end
@@ -464,7 +509,7 @@ local function answer(what, a, b, c)
       local co = tasks[-what]
       if co ~= nil then
         tasks[-what] = nil
-        code, x, y, point, data = settle(co, co_resume(co))
+        code, x, y, point, data = settle(co, resume_task(co))
       else
         local r = revived[-what]
         if r ~= nil then
@@ -498,16 +543,37 @@ end
 -- keeps marks across a call (require's "loading") asks this to know which are stale.
 local starts = 0
 
--- The commonest call, a callback with an idle worker to run it, is what start and settle
--- do written out here: each function entered is a metering check, and this runs on every
--- handler call.
+-- The commonest call, a callback, runs on the dispatcher's own coroutine where the host
+-- gives the call for it (worker_call): no switch to a worker and back. The callback can
+-- still pause: then this coroutine becomes its task (wait_direct), and, resumed as that
+-- task, goes on as a worker once the callback ends. A callback that paused so once runs
+-- in a worker from then on. Without worker_call (an isolated game's worker processes),
+-- the commonest call is a callback with an idle worker to run it: what start and settle
+-- do, written out here. Each function entered is a metering check, and this runs on
+-- every handler call.
 local function dispatcher(what, a, b, c)
-  starts = starts + 1
+  if restarted then restarted = false else starts = starts + 1 end
+  local me = worker_call and raw_running()
+  direct, direct_fn = nil, nil
   while true do
     local fn, co = nil, idle
-    if co ~= nil and type(what) == "number" and what > 0 then fn = callbacks[what] end
+    if type(what) == "number" and what > 0 then fn = callbacks[what] end
     local code, x, y, point, data
-    if fn ~= nil then
+    if fn ~= nil and me and not waits[fn] then
+      if once[what] then
+        callbacks[what], once[what] = nil, nil
+      end
+      direct, direct_fn = me, fn
+      local ok
+      ok, x = worker_call(fn, a, b, c)
+      if direct ~= me then
+        -- It paused, and was resumed as its task: this coroutine is a worker now.
+        if not ok then error(x, 0) end
+        return worker(co_yield(DONE, x))
+      end
+      direct, direct_fn = nil, nil
+      if ok then code = 0 else code, x = 2, message_of(x) end
+    elseif fn ~= nil and co ~= nil then
       if once[what] then
         callbacks[what], once[what] = nil, nil
       end

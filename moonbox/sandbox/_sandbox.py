@@ -433,7 +433,11 @@ class Sandbox:
         coroutines of its own (the engine's): the chunk gets the first resume's first
         argument, then a resume for those coroutines that checks less than
         ``coroutine.resume`` must check for a mod (``resume(co, fn, a, b, c)``, four values
-        back at most). Never for a mod's own chunk: it could resume any coroutine.
+        back at most), and (unless the sandbox is preemptible) a protected call for running
+        a mod's function on the chunk's own run, ``call(fn, a, b, c) -> ok, first result``
+        (a trip re-raised), and the runtime's ``coroutine.running``, which tells the chunk
+        its own run's coroutine (a mod's is told the main thread). Never for a mod's own
+        chunk: it could resume any coroutine.
 
         Raises:
             ScriptError: kind ``syntax`` (see :meth:`load`).
@@ -455,7 +459,10 @@ class Sandbox:
             if compiled._generation != self._generation:
                 raise SandboxClosed(f"{compiled.name} was compiled by a runtime that has been "
                                     "replaced; load it again")
-            started = self._h_start(compiled._fn, worker_resume)
+            # A preemptible sandbox's slice ends yield from its runs' coroutines: the
+            # chunk keeps every mod function in coroutines of its own there.
+            started = self._h_start(compiled._fn, worker_resume,
+                                    worker_resume and not self.preempt)
         run_id = int(started)
         run = Run(self, compiled, run_id)
         self._runs[run_id] = run

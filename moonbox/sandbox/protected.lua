@@ -275,6 +275,29 @@ local function worker_resume(co, fn, a, b, c)
   return resumed(co, ok, x, y, p, d)
 end
 
+-- worker_resume's with no values handed over (a task's resume: its yield returns none).
+local function task_resume(co)
+  if c_depth >= MAX_C_DEPTH then raise_here(RESUME_TOO_DEEP) end
+  c_depth = c_depth + 1
+  local ok, x, y, p, d = co_resume(co)
+  if ok and not tripped then
+    c_depth = c_depth - 1
+    return true, x, y, p, d
+  end
+  return resumed(co, ok, x, y, p, d)
+end
+
+-- The call a host's own library chunk gets for running a mod's function on the chunk's own
+-- run (the engine's dispatcher runs a handler itself, with no coroutine switch): a
+-- protected call as pcall is for a mod, with a trip or a memory error re-raised, and the
+-- function's first result. The error, as a coroutine that died of it would give it.
+local function worker_call(fn, a, b, c)
+  local ok, x
+  if HOOKED then ok, x = xpcall(fn, place_error, a, b, c) else ok, x = pcall(fn, a, b, c) end
+  if ok and not tripped then return true, x end
+  return rethrow(ok, x)
+end
+
 -- A coroutine.wrap function raises what its coroutine raised; as LuaJIT's does, it puts
 -- its caller's position before a message (tail-called: the caller is at level 2).
 local function wrap_result(co, ok, ...)

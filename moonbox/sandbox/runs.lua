@@ -35,11 +35,16 @@ function host.compile(source, wrapped_source, chunkname, env)
 end
 
 -- with_worker_resume: the chunk's first resume hands it its first argument, then the
--- resume of its own worker coroutines (worker_resume, protected.lua).
-function host.start(fn, with_worker_resume)
+-- resume of its own worker coroutines (worker_resume, protected.lua); with_worker_call
+-- too: then the call for running a mod's function on its own run (worker_call), the
+-- runtime's coroutine.running (which tells the chunk's own runs, hidden from a mod) and a
+-- resume handing over no values (task_resume), which resumes such a run's coroutine too.
+function host.start(fn, with_worker_resume, with_worker_call)
   next_run = next_run + 1
   local body = fn
-  if with_worker_resume then
+  if with_worker_call then
+    body = function(a) return fn(a, worker_resume, worker_call, co_running, task_resume) end
+  elseif with_worker_resume then
     body = function(a) return fn(a, worker_resume) end
   end
   local co = co_create(body)
