@@ -223,9 +223,11 @@ def test_a_resume_that_ends_past_its_budget_and_margin_is_a_time_trip():
 def test_the_alarm_trips_at_the_first_instruction_after_a_late_host_call(jit):
     # The alarm (moonbox/sandbox/_alarm.py) arms the hook while the host call blocks: the
     # first instruction back in mod code trips on time, with its line, before the return.
+    # The call blocks far past the budget so that a loaded machine, which may run the
+    # alarm's thread late, still arms the hook before the call returns.
     from moonbox.sandbox import STALL_MARGIN_S
 
-    slow = _Blocking("slow", seconds=STALL_MARGIN_S + 0.5)
+    slow = _Blocking("slow", seconds=STALL_MARGIN_S + 2.0)
     with Sandbox(Budget(wall_s=0.05), host_functions=[slow], jit=jit) as sb:
         out = sb.run("slow()\nreturn 'finished'", "@late.lua")
         assert out.status == "budget" and out.error.budget == "time"
