@@ -11,6 +11,7 @@ from typing import Any
 
 import msgpack
 
+from ..sandbox import Budget
 from ._backends import Backend, LocalBackend, ShardsDown
 from ._shard import atomic_write, entity_digest
 from ._spec import ClusterError, ModSpec, place
@@ -43,12 +44,14 @@ class ShardedGame:
             recovery.
         checkpoint_every: ticks between checkpoints (K); one is also taken at tick 0.
         restart_timeout_s: how long to wait for a dead shard's actor to come back.
+        budget: each mod call's budget on every shard (as ``Game(budget=...)``); ``None``:
+            the engine's default.
     """
 
     def __init__(self, mods: Iterable[ModSpec], shards: int, *, seed: int = 0,
                  backend: Backend | None = None, placement: Mapping[str, int] | None = None,
                  checkpoint_dir: str | Path | None = None, checkpoint_every: int = 10,
-                 restart_timeout_s: float = 60.0) -> None:
+                 restart_timeout_s: float = 60.0, budget: Budget | None = None) -> None:
         if checkpoint_every < 1:
             raise ClusterError("checkpoint_every must be 1 or more", code="config")
         self.placed = place(mods, shards, placement)
@@ -87,7 +90,8 @@ class ShardedGame:
                 atomic_write(path, msgpack.packb(mods_of, use_bin_type=True))
                 mods_of = str(path)
             configs.append({"index": i, "mods": mods_of, "seed": seed,
-                            "checkpoint_dir": None if self.dir is None else str(self.dir)})
+                            "checkpoint_dir": None if self.dir is None else str(self.dir),
+                            "budget": None if budget is None else budget.model_dump()})
         self.backend.start(configs)
         self.info()  # every shard built (an actor's start is not a tick's time)
         if self.dir is not None:

@@ -16,6 +16,7 @@ from typing import Any
 import msgpack
 
 from ..engine import Game
+from ..sandbox import Budget
 from ._spec import ClusterError, ModSpec
 
 __all__ = ["KEEP_CHECKPOINTS", "Shard", "atomic_write", "entity_digest"]
@@ -71,10 +72,13 @@ class Shard:
         checkpoint_dir: where its checkpoints go (a folder of its own is made under it);
             ``None``: no checkpoints. A shard built where checkpoints exist starts from the
             newest (a restarted actor's constructor runs again with the same arguments).
+        budget: each call's budget, as ``Budget(...).model_dump()`` (plain data, as every
+            argument of an actor); ``None``: the engine's default.
     """
 
     def __init__(self, index: int, mods: list[dict[str, Any]] | str, seed: int,
-                 checkpoint_dir: str | None = None) -> None:
+                 checkpoint_dir: str | None = None,
+                 budget: dict[str, Any] | None = None) -> None:
         self.index = index
         if isinstance(mods, str):  # a file of them: what a restarted actor reads again
             mods = msgpack.unpackb(Path(mods).read_bytes(), raw=False)
@@ -83,7 +87,7 @@ class Shard:
         self.dir = (Path(checkpoint_dir) / f"shard-{index}") if checkpoint_dir else None
         if self.dir is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
-        self.game = Game(seed=seed)
+        self.game = Game(seed=seed, budget=None if budget is None else Budget(**budget))
         self.restored_from: int | None = None
         # Ticks run, and their wall and CPU (this process's) time: sums and the worst.
         self.ticks_run = 0

@@ -9,7 +9,13 @@ from typing import Any
 
 import psutil
 
+from moonbox import Budget
 from moonbox.cluster import ModSpec
+
+LOOSE = Budget(steps=200_000, wall_s=10.0, alloc_bytes="4MB", max_memory="32MB")
+"""The budget of the cluster tests' games: steps bound each call; the wall budget is loose
+because the machine may be loaded (shards, Ray's processes), and a call that a pause lands
+in must not trip and change the world one run and not the next."""
 
 
 def chatty_mods(n: int = 4) -> list[ModSpec]:

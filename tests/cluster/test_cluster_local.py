@@ -6,15 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _mods import chatty_mods, inputs
+from _mods import LOOSE, chatty_mods, inputs
 
+from moonbox import Budget
 from moonbox.cluster import ClusterError, ModSpec, ShardedGame, entity_digest, place
 from moonbox.engine import Game
 
 
 def run_sharded(shards: int, ticks: int, mods: list[ModSpec] | None = None,
                 **options) -> ShardedGame:
-    game = ShardedGame(mods or chatty_mods(), shards, seed=11, **options)
+    game = ShardedGame(mods or chatty_mods(), shards, seed=11, budget=LOOSE, **options)
     for t in range(1, ticks + 1):
         for name, data in inputs(t):
             game.emit(name, data)
@@ -24,7 +25,7 @@ def run_sharded(shards: int, ticks: int, mods: list[ModSpec] | None = None,
 
 
 def run_one(mods: list[ModSpec], ticks: int) -> Game:
-    game = Game(seed=11)
+    game = Game(seed=11, budget=LOOSE)
     for m in mods:
         game.load_mod(m.id, m.source)
     for t in range(1, ticks + 1):
@@ -85,10 +86,22 @@ def test_events_cross_shards_on_the_next_tick():
 def test_an_entity_has_one_owning_shard():
     twin = [ModSpec(f"t{k}", 'coreai_world_spawn{prefab = "cube", name = "same"}')
             for k in range(2)]
-    with ShardedGame(twin, 2) as sharded:
+    with ShardedGame(twin, 2, budget=LOOSE) as sharded:
         sharded.tick()
         with pytest.raises(ClusterError, match="entity_owner"):
             sharded.combined_hash()
+
+
+def test_the_budget_given_holds_on_every_shard():
+    # A handler of some 4,000 steps: within the engine's default budget, over a tight one
+    # given to the sharded game, on whichever shard it lives.
+    busy = 'on("tick", function() local n = 0 for i = 1, 4000 do n = n + i end end)'
+    mods = [ModSpec(f"b{k}", busy) for k in range(2)]
+    with ShardedGame(mods, 2) as roomy:
+        assert not any(a["failures"] for a in roomy.tick().values())
+    with ShardedGame(mods, 2, budget=Budget(steps=1000)) as tight:
+        answers = tight.tick()
+        assert [a["failures"] for a in answers.values()] == [1, 1]
 
 
 def test_checkpoints_are_files_and_a_rollback_replays_to_the_same_world(tmp_path: Path):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from _mods import assert_sockets_on_loopback, chatty_mods, play
+from _mods import LOOSE, assert_sockets_on_loopback, chatty_mods, play
 
 # Ray decides whether its servers may leave loopback when it is first imported.
 os.environ["RAY_AUTH_MODE"] = "token"
@@ -106,8 +106,8 @@ def test_a_lost_node_is_survived(two_nodes, tmp_path: Path):
         0: {"scheduling_strategy": on[0]}, 1: {"scheduling_strategy": on[1]},
         2: {"scheduling_strategy": on[2], "max_restarts": 0}})
     raylet = psutil.Process(second.all_processes["raylet"][0].process.pid)
-    with ShardedGame(chatty + silent, 3, seed=11, backend=backend, placement=placement,
-                     checkpoint_dir=tmp_path / "cp", checkpoint_every=5,
+    with ShardedGame(chatty + silent, 3, seed=11, budget=LOOSE, backend=backend,
+                     placement=placement, checkpoint_dir=tmp_path / "cp", checkpoint_every=5,
                      restart_timeout_s=30) as game:
         play(game, 1, 12)
         pids = {i: f["pid"] for i, f in game.figures().items()}
@@ -136,7 +136,7 @@ def test_a_lost_node_is_survived(two_nodes, tmp_path: Path):
         track()
 
     # The same mods but the lost shard's, never interrupted: the same world.
-    with ShardedGame(chatty, 2, seed=11, backend=LocalBackend(),
+    with ShardedGame(chatty, 2, seed=11, budget=LOOSE, backend=LocalBackend(),
                      placement={k: v for k, v in placement.items() if v < 2}) as want:
         play(want, 1, 20)
         assert lost_hash == want.combined_hash()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from _mods import assert_sockets_on_loopback, chatty_mods, play
+from _mods import LOOSE, assert_sockets_on_loopback, chatty_mods, play
 
 # Ray decides whether its servers may leave loopback when it is first imported.
 os.environ["RAY_AUTH_MODE"] = "token"
@@ -47,13 +47,13 @@ def local_ray():
 
 
 def local_hash(ticks: int) -> str:
-    with ShardedGame(chatty_mods(), 2, seed=11, backend=LocalBackend()) as game:
+    with ShardedGame(chatty_mods(), 2, seed=11, budget=LOOSE, backend=LocalBackend()) as game:
         play(game, 1, ticks)
         return game.combined_hash()
 
 
 def test_every_socket_stays_on_loopback(local_ray):
-    with ShardedGame(chatty_mods(), 2, seed=11, backend=RayBackend()) as game:
+    with ShardedGame(chatty_mods(), 2, seed=11, budget=LOOSE, backend=RayBackend()) as game:
         game.tick()
         pids = {f["pid"] for f in game.figures().values()}
         procs = [psutil.Process(), *psutil.Process().children(recursive=True)]
@@ -62,7 +62,7 @@ def test_every_socket_stays_on_loopback(local_ray):
 
 
 def test_ray_and_local_give_the_same_world(local_ray):
-    with ShardedGame(chatty_mods(), 2, seed=11, backend=RayBackend()) as game:
+    with ShardedGame(chatty_mods(), 2, seed=11, budget=LOOSE, backend=RayBackend()) as game:
         play(game, 1, 20)
         info = game.info()
         assert len({i["pid"] for i in info.values()}) == 2  # one actor per shard
@@ -73,8 +73,8 @@ def test_ray_and_local_give_the_same_world(local_ray):
 def test_a_killed_shard_comes_back_from_its_checkpoint(local_ray, tmp_path: Path):
     want = local_hash(20)
     backend = RayBackend(max_restarts=2)
-    with ShardedGame(chatty_mods(), 2, seed=11, backend=backend, checkpoint_dir=tmp_path,
-                     checkpoint_every=5) as game:
+    with ShardedGame(chatty_mods(), 2, seed=11, budget=LOOSE, backend=backend,
+                     checkpoint_dir=tmp_path, checkpoint_every=5) as game:
         play(game, 1, 12)
         old = game.info()[1]["pid"]
         os.kill(old, signal.SIGKILL)
@@ -89,8 +89,9 @@ def test_a_killed_shard_comes_back_from_its_checkpoint(local_ray, tmp_path: Path
 
 
 def test_a_shard_out_of_restarts_is_lost_and_the_rest_goes_on(local_ray, tmp_path: Path):
-    with ShardedGame(chatty_mods(), 2, seed=11, backend=RayBackend(max_restarts=0),
-                     checkpoint_dir=tmp_path, checkpoint_every=5) as game:
+    with ShardedGame(chatty_mods(), 2, seed=11, budget=LOOSE,
+                     backend=RayBackend(max_restarts=0), checkpoint_dir=tmp_path,
+                     checkpoint_every=5) as game:
         play(game, 1, 7)
         os.kill(game.info()[0]["pid"], signal.SIGKILL)
         play(game, 8, 10)
