@@ -181,8 +181,9 @@ local points = {}      -- resume point name -> function (see resume_point)
 local point_of = {}    -- function -> its resume point's name
 local revived = {}     -- task id -> {point, data}: restored from a snapshot, not due yet
 local next_task = 0
--- What a worker yields to the dispatcher. Only the workers hold them, and no mod code can
--- resume a worker or get hold of one (see below), so the mod can neither read nor forge them.
+-- What a worker yields to the dispatcher. Only the workers hold them: no mod code can
+-- resume a worker or get hold of one (see below), and a coroutine the mod made cannot
+-- wait (see wait), so the mod can neither read nor forge them.
 local WAIT, DONE = {}, {}
 local MAX_WAIT = 1000000
 local workers = setmetatable({}, { __mode = "k" })  -- every worker coroutine: true
@@ -327,16 +328,33 @@ local function wait_direct(ticks, point, data)
   error(err, 0)
 end
 
+-- Whether the running coroutine is one the mod made. The sandbox's coroutine.running
+-- (before the engine's below) gives nil for a run's own coroutine and the coroutine
+-- itself for a worker's or the mod's.
+local sb_running = env.coroutine and env.coroutine.running
+local function own_coroutine()
+  if sb_running == nil then return false end
+  local co = sb_running()
+  return co ~= nil and not workers[co]
+end
+
 -- wait(ticks, point, data): pause this handler, timer or task; it resumes that many ticks
 -- later. With a resume point (a name given to resume_point), a restore from a snapshot
 -- taken meanwhile calls that point's function with a copy of data (taken now) instead.
+-- Only the callback itself pauses: in a coroutine the mod made, the yield would hand what
+-- only the dispatcher may read to that coroutine's resumer, the mod.
 function env.wait(ticks, point, data)
   if ticks == nil then ticks = 1 end
   if type(ticks) ~= "number" or ticks ~= ticks or ticks < 1 or ticks > MAX_WAIT then
     error("wait: ticks must be a number from 1 to 1000000", 2)
   end
+  local on_direct = direct ~= nil and raw_running() == direct
+  if not on_direct and own_coroutine() then
+    error("wait: a coroutine the mod made cannot wait; call wait in the handler, timer "
+      .. "or task itself, and from the coroutine yield (coroutine.yield) to its caller", 2)
+  end
   if point == nil then
-    if direct ~= nil and raw_running() == direct then return wait_direct(floor(ticks)) end
+    if on_direct then return wait_direct(floor(ticks)) end
     return co_yield(WAIT, floor(ticks))
   end
   if type(point) ~= "string" or points[point] == nil then
@@ -347,9 +365,7 @@ function env.wait(ticks, point, data)
     error("wait: data must be plain data (nil, booleans, numbers, strings and tables of "
       .. "them, no cycles)", 2)
   end
-  if direct ~= nil and raw_running() == direct then
-    return wait_direct(floor(ticks), point, data)
-  end
+  if on_direct then return wait_direct(floor(ticks), point, data) end
   return co_yield(WAIT, floor(ticks), point, data)
 end
 

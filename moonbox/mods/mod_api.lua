@@ -46,7 +46,8 @@ function cancel(id) end
 
 -- needs: engine_ready
 ---Pause the handler, timer or task that calls it; it goes on that many ticks later. Not in
----the main chunk, and not in an exported function.
+---the main chunk, not in an exported function, and not in a coroutine the mod made (yield
+---from that one instead).
 ---@param ticks? integer # 1 to 1000000 (default 1)
 function wait(ticks) end
 

@@ -40,6 +40,54 @@ def test_a_mod_cannot_resume_its_worker_coroutines(game):
     assert len(game.world) == 6  # the good mod ran every tick
 
 
+# Every place a mod's own coroutine could call wait: a wait there used to yield the
+# library's private WAIT value to the mod, which resumed the coroutine.
+OWN_COROUTINE_WAITS = """
+resume_point("again", function(d) end)
+local function try(where, f)
+  local co = coroutine.create(f)
+  local ok, a, b = coroutine.resume(co)
+  report(where .. ": " .. tostring(ok) .. " " .. tostring(a) .. " " .. tostring(b))
+  local w = coroutine.wrap(f)
+  local ok2, c = pcall(w)
+  report(where .. " wrap: " .. tostring(ok2) .. " " .. tostring(c))
+end
+local function attempts(where)
+  try(where .. " plain", function() return wait(1) end)
+  try(where .. " point", function() return wait(2, "again", {n = 1}) end)
+  try(where .. " nested", function()
+    local inner = coroutine.wrap(function() return wait(1) end)
+    return inner()
+  end)
+  try(where .. " pcall", function() return select(2, pcall(wait, 1)) end)
+end
+attempts("load")
+on("tick", function(t)
+  if t == 2 then wait(1) end  -- from then on this handler runs in a worker
+  attempts("tick " .. t)
+end)
+every(2, function() attempts("timer") end)
+spawn(function() wait(1) attempts("task") end)
+"""
+
+
+@pytest.mark.parametrize("isolation", ["none", "process"])
+def test_a_coroutine_of_the_mods_own_cannot_wait(make_game, isolation):
+    game = make_game(isolation=isolation)
+    game.load_mod("m", OWN_COROUTINE_WAITS)
+    assert game.mod("m").quarantine is None
+    reports = game.run(4)
+    lines = [line for r in reports for _, line in r.reports]
+    assert not any(r.failures for r in reports)
+    assert len(lines) >= 8 * 6
+    for line in lines:
+        assert "table" not in line, line
+        assert "a coroutine the mod made cannot wait" in line, line
+    game.load_mod("at_load", OWN_COROUTINE_WAITS.replace('attempts("load")',
+                                                         'attempts("load") wait(1)'))
+    assert game.mod("at_load").quarantine.kind == "load"  # the main chunk's own wait
+
+
 def test_coroutines_of_the_mod_still_work_in_handlers(game):
     game.load_mod("m", """
       on("tick", function(t)
