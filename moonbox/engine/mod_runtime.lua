@@ -325,6 +325,11 @@ local function wait_direct(ticks, point, data)
   next_task = id - 1
   restarted = false
   direct, direct_fn = co, fn
+  waits[fn] = nil
+  -- At the caller of wait (or of coroutine.yield): where LuaJIT places the yield's error,
+  -- as in a worker, whose wait tail-calls the yield. (A trip or a memory error never comes
+  -- back here: pcall raises it again.)
+  if type(err) == "string" then error(err, 2) end
   error(err, 0)
 end
 

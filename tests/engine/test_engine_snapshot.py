@@ -69,6 +69,23 @@ resume_point("walk", walk)
 spawn(function() walk(1) end)
 """
 
+# A handler that pauses: its first pause turns the dispatcher's own coroutine into the
+# task (a handler runs there until it once pauses), the later ones pause in a worker.
+PAUSER = """
+local me = MOD .. "-pauser"
+local function later(d)
+  coreai_world_spawn{prefab = "cube", name = me .. "-" .. d.t, x = d.t % 10}
+end
+resume_point("later", later)
+on("tick", function(t)
+  if t % 3 == 1 then
+    local d = {t = t}
+    wait(math.random(1, 4), "later", d)   -- after a restore: later(d), as going on does
+    later(d)
+  end
+end)
+"""
+
 TALKER = """
 on("tick", function(t)
   if t % 2 == 0 then emit("chat", {n = t, r = math.random(100)}) end
@@ -109,7 +126,7 @@ end)
 """
 
 POOL = {"walker": WALKER, "clock": CLOCK, "waiter": WAITER, "talker": TALKER,
-        "faulty": FAULTY, "talker2": TALKER}
+        "faulty": FAULTY, "talker2": TALKER, "pauser": PAUSER}
 LIMITS = ModLimits(max_failures=3)
 # Steps bound the mods' calls; the wall budget is the default's ten times, for a loaded
 # machine: a host pause inside a main chunk's build once passed the default 0.25 s.
@@ -189,15 +206,15 @@ def test_restore_then_run_on_is_running_on(seed, names, before, after, pokes):
 @settings(max_examples=2, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), before=st.integers(1, 6), after=st.integers(1, 6))
 def test_restore_into_an_isolated_game_is_running_on(seed, before, after):
-    check_restores_alike(seed, ["walker", "waiter", "clock", "talker"], before, after, {},
-                         isolation="process", workers=2, spare_workers=0)
+    check_restores_alike(seed, ["walker", "waiter", "clock", "talker", "pauser"], before,
+                         after, {}, isolation="process", workers=2, spare_workers=0)
 
 
 @pytest.mark.usefixtures("no_workers_left_behind")
 def test_an_isolated_game_snapshots_and_restores_in_process():
     with Game(seed=3, limits=LIMITS, isolation="process", workers=2,
               spare_workers=0) as live:
-        load(live, ["walker", "waiter", "clock", "faulty"])
+        load(live, ["walker", "waiter", "clock", "faulty", "pauser"])
         live.run(5)
         data = live.snapshot().to_bytes()
         on = run_on(live, 6, {})

@@ -34,8 +34,30 @@ HANDLERS = {
     "running": "report(tostring(coroutine.running() == nil) .. ' '"
                " .. tostring(coroutine.isyieldable()))",
     "resume_self": "report(tostring(select(2, coroutine.resume(coroutine.running()))))",
+    # Pauses of a handler that runs on the dispatcher's own coroutine: that coroutine
+    # becomes its task, and the handler runs in a worker from then on.
+    "wait_then_report": "wait(1) report('woke ' .. t)",
+    "wait_odd_ticks": "if t % 2 == 1 then wait(1) end report('t' .. t)",
+    "waits_in_a_row": "for i = 1, 3 do wait(1) end report('done ' .. t)",
+    "error_after_wait": "wait(1) error('late')",
+    "trip_after_wait": "wait(1) while true do end",
+    "running_after_wait": "wait(1) report(tostring(coroutine.running() == nil) .. ' ' .. "
+                          "tostring(select(2, coroutine.resume(coroutine.running()))))",
+    "yield_forged": "report(select('#', coroutine.yield(4, 99, 1, 'point', {})))",
+    "yield_in_pcall": "report(tostring(pcall(coroutine.yield, 4, 1)))",
+    "wait_in_xpcall": "report(tostring(xpcall(wait, debug and debug.traceback or print, 2)))",
+    "wait_in_coroutine": "local f = coroutine.wrap(function() wait(1) return 'in' end) "
+                         "report(tostring(pcall(f)))",
+    # A pause that cannot yield (inside a call from C) fails as it always did, on the
+    # dispatcher's coroutine too, and the next call runs there as before.
+    "wait_in_gsub": "report(tostring(pcall(string.gsub, 'ab', '%w', function(c) wait(1) end)))"
+                    " report('after ' .. t)",
+    "yield_in_sort": "local ok, e = pcall(table.sort, {3, 1, 2}, function(a, b) "
+                     "coroutine.yield() return a < b end) report(tostring(ok) .. ' ' .. e)",
+    "wait_in_gsub_uncaught": "string.gsub('ab', '%w', function(c) wait(1) end)",
+    "pcall_wait_in_gsub": "report((string.gsub('a', '%w', function(c) "
+                          "return select(2, pcall(wait, 1)) end)))",
 }
-
 
 def play(handler: str, worker_resume: bool, monkeypatch: Any) -> list[Any]:
     start = Sandbox.start
@@ -51,7 +73,7 @@ def play(handler: str, worker_resume: bool, monkeypatch: Any) -> list[Any]:
     try:
         game.load_mod("m", f"on('tick', function(t) {HANDLERS[handler]} end)")
         seen = []
-        for _ in range(4):
+        for _ in range(6):
             r = game.tick()
             seen.append((r.calls, [(f.handler, f.where, f.error.kind, str(f.error))
                                    for f in r.failures], r.reports, r.quarantined))
@@ -68,10 +90,12 @@ def test_workers_resume_as_the_mods_resume_did(handler, monkeypatch):
     ours, before = play(handler, True, monkeypatch), play(handler, False, monkeypatch)
     assert ours[:-1] == before[:-1]
     # The same calls, errors and trips; the steps the engine library's own code took to
-    # reach the handler (a worker's switch and back) are fewer or the same.
+    # reach the handler (a worker's switch and back) are fewer or the same, but for a
+    # few more where the dispatcher's coroutine turns into a task at a handler's first
+    # pause and that handler's every call then pauses (a sort's comparator that yields).
     (calls, steps, errors, trips), (calls0, steps0, errors0, trips0) = ours[-1], before[-1]
     assert (calls, errors, trips) == (calls0, errors0, trips0)
-    assert steps <= steps0
+    assert steps <= steps0 + 8
 
 
 def test_no_mod_reaches_the_workers_resume(make_game):

@@ -306,3 +306,37 @@ def test_a_module_file_that_would_break_out_of_its_wrapper_is_refused(mods_dir):
         assert not result.ok
         assert "mods/m/evil.lua:1: '<eof>' expected near 'end'" in result.error
         assert "seen" not in (game.mod("m").state if game.mods else {})
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["dispatcher", "worker"])
+def test_a_lazy_require_that_waits_is_loading_until_it_ends(mods_dir, monkeypatch, direct):
+    """A module's body that waits keeps its mark while it waits: another call's require of
+    it meanwhile is a cycle, and the body runs once. A pause that turns the dispatcher's
+    own coroutine into the task restarts the dispatcher, which is no new start (the marks
+    stay current); so the same holds where every call runs in a worker."""
+    from moonbox.sandbox import Sandbox
+
+    start = Sandbox.start
+
+    def starting(self, *args, **options):
+        if not direct:
+            options.pop("worker_resume", None)
+        return start(self, *args, **options)
+
+    monkeypatch.setattr(Sandbox, "start", starting)
+    files = {"slow.lua": "state_set('loads', (state_get('loads') or 0) + 1)\nwait(2)\n"
+                         "return {ready = true}\n"}
+    main = ('on("go", function(data)\n'
+            '  local ok, m = pcall(require, "slow")\n'
+            '  state_set("go" .. data.n, ok and m.ready or tostring(m))\n'
+            'end)')
+    game, host, result = _load_one(mods_dir, main, files)
+    with game:
+        assert result.ok, result.error
+        for n in range(1, 5):
+            if n != 3:
+                game.emit("go", {"n": n})
+            assert game.tick().failures == []
+        state = game.mod("m").state
+        assert state["loads"] == 1 and state["go1"] is True and state["go4"] is True
+        assert "cycle" in state["go2"] and "slow.lua" in state["go2"], state["go2"]
