@@ -23,13 +23,14 @@ local VALUE_MAX_BYTES = config.value_max_bytes
 local function check_export(value, strict, max_depth, max_items, max_bytes, depth0)
   local seen = {}
   local items, bytes = 0, 0
+  local function too_large(path)
+    return s_format("%s: strings too large (more than %d bytes in all)", path, max_bytes)
+  end
   local function walk(v, depth, path)
     local tv = type(v)
     if tv == "string" then
       bytes = bytes + #v
-      if bytes > max_bytes then
-        return s_format("%s: strings too large (more than %d bytes in all)", path, max_bytes)
-      end
+      if bytes > max_bytes then return too_large(path) end
       return nil
     end
     if DATA_TYPES[tv] then return nil end
@@ -51,7 +52,8 @@ local function check_export(value, strict, max_depth, max_items, max_bytes, dept
       end
       local tk = type(k)
       if tk == "string" then
-        bytes = bytes + #k
+        bytes = bytes + #k  -- keys count as values do, whatever comes after them
+        if bytes > max_bytes then return too_large(path) end
       elseif tk ~= "number" then
         return s_format("%s: a %s key cannot cross to the host (keys are strings or numbers)",
           path, tk)

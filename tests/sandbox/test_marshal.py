@@ -101,6 +101,30 @@ def test_size_limits():
         assert out.status == "error" and "bytes" in out.error.message
 
 
+@settings(max_examples=40, deadline=None)
+@given(keys=st.lists(st.text("abcdefgh", min_size=1, max_size=9), min_size=1, max_size=24,
+                     unique=True),
+       values=st.lists(st.one_of(st.booleans(), st.integers(-9, 9)), min_size=24,
+                       max_size=24),
+       seed=st.integers(0, 2**31 - 1))
+def test_the_byte_limit_counts_keys_whatever_follows_them(keys, values, seed):
+    # Found in review: key bytes were compared with the limit only at the next string
+    # value, so a table whose last keys had number or boolean values passed over the
+    # limit, or not, by the order of its keys (each runtime's own). Strings that cross
+    # are refused past the limit however they are placed; as a returned value and as an
+    # argument (the flat path, the check and the lupa path alike).
+    size = sum(len(k) for k in keys)
+    table = "{" + ", ".join(f"{k} = {str(v).lower()}" for k, v in zip(keys, values)) + "}"
+    probe = _Probe()
+    limits = ValueLimits(max_bytes=20)
+    with Sandbox(host_functions=[probe], value_limits=limits, seed=seed) as sb:
+        returned = sb.run(f"return {table}")
+        argument = sb.run(f"return (pcall(probe, 'a', {table}))")
+        extra = sb.run(f"return (pcall(probe, 'a', {table}, nil))")
+    assert (returned.status == "done") == (size <= 20), (size, returned)
+    assert argument.value is extra.value is (size <= 20)
+
+
 def test_non_data_values_become_placeholders_in_results():
     with Sandbox() as sb:
         out = sb.run("return {f = type, c = coroutine.create(type)}, 1LL")
