@@ -96,6 +96,7 @@ static struct {
     void (*insert)(lua_State *, int);
     void (*remove)(lua_State *, int);
     void (*call)(lua_State *, int, int);
+    int (*next)(lua_State *, int);
     int ready;
 } api;
 
@@ -141,6 +142,7 @@ load_api(const char *library)
     FIND(insert, "lua_insert")
     FIND(remove, "lua_remove")
     FIND(call, "lua_call")
+    FIND(next, "lua_next")
 #undef FIND
     dlclose(h);  /* the module stays loaded: lupa holds it */
     api.ready = 1;
@@ -167,6 +169,8 @@ typedef struct {
     PyObject *failed;        /* the first value of a failed call's answer */
     PyObject *taken;         /* an answer only lupa converts, until host.c_take takes it */
     unsigned long long crossed;  /* host calls the crossing made itself */
+    unsigned long long walked;   /* of those, calls whose table it walked itself */
+    long long flat_items, flat_bytes;  /* the sandbox's value limits (values.lua) */
     /* What run_call read last from its run's and sandbox's slots, with the objects it read
      * it from (held, and compared by identity: those slots hold ints and floats set once):
      * a call reads the slots, not the numbers behind them. */
@@ -189,7 +193,8 @@ static char MARK_OK, MARK_PRELUDE, MARK_TAKE, MARK_FAILED, MARK_FLAT;
 #define LUA_TSTRING 4
 #define LUA_TTABLE 5
 /* At most this many arguments: a flat table's 16 pairs after its call's two values. */
-#define CROSSING_MAX_ARGS 34
+#define FLAT_MAX 16
+#define CROSSING_MAX_ARGS (2 + 2 * FLAT_MAX)
 
 /* A Lua value as lupa hands it to Python (encoding None: strings are bytes), for the
  * types the crossing takes. */
@@ -277,6 +282,46 @@ keep(Resumer *r, Answer *a, PyObject *v)
     return 1;
 }
 
+/* The pairs of the table at index t pushed above the stack's top `top`, as flat_pairs
+ * (dispatch.lua) collects them, in the same order (lua_next's is next's): its count, when
+ * the table has 1 to FLAT_MAX entries, every key a string and every value a boolean,
+ * number or string, within the byte limit. Else 0, with nothing pushed, and the prelude
+ * walks the table (which then finds what it finds, as before). Only string keys: lua_next
+ * finds each key again along its hash chain, which a mod can make long with number keys
+ * (their hash is not seeded, DESIGN.md); the prelude's walk goes by slot index. */
+static int
+walk_flat(Resumer *r, lua_State *L, int t, int top)
+{
+    if (!api.checkstack(L, 2 * FLAT_MAX + 2)) {
+        return 0;
+    }
+    long long bytes = 0;
+    int n = 0;
+    size_t len = 0;
+    api.pushnil(L);
+    while (api.next(L, t)) {  /* the key at -2, its value at -1 */
+        n++;
+        int tv = api.type(L, -1);
+        if (n > FLAT_MAX || n > r->flat_items || api.type(L, -2) != LUA_TSTRING ||
+                (tv != LUA_TSTRING && tv != LUA_TNUMBER && tv != LUA_TBOOLEAN)) {
+            api.settop(L, top);
+            return 0;
+        }
+        api.tolstring(L, -2, &len);
+        bytes += (long long)len;
+        if (tv == LUA_TSTRING) {
+            api.tolstring(L, -1, &len);
+            bytes += (long long)len;
+        }
+        api.pushvalue(L, -2);  /* the key again: lua_next takes it */
+    }
+    if (n == 0 || bytes > r->flat_bytes) {
+        api.settop(L, top);
+        return 0;
+    }
+    return n;
+}
+
 /* A host function's call (see make_host_function in dispatch.lua): (id, cost, ...args). */
 static int
 c_host(lua_State *L)
@@ -286,9 +331,6 @@ c_host(lua_State *L)
     int nargs = top - 2;
     Meter *M = r->meter;
     int plain = r->open && r->dispatch != NULL && nargs >= 0 && nargs <= CROSSING_MAX_ARGS;
-    /* A table is walked by the prelude, by slot index (lua_next finds each key again: a
-     * table whose number keys share one hash chain would make that quadratic), which
-     * then hands the pairs to this crossing as plain arguments (flat_call). */
     for (int i = 3; plain && i <= top; i++) {
         int t = api.type(L, i);
         plain = t == LUA_TNIL || t == LUA_TBOOLEAN || t == LUA_TNUMBER || t == LUA_TSTRING;
@@ -296,15 +338,34 @@ c_host(lua_State *L)
     double cost = api.tonumber(L, 2);
     double c = (double)M->window - cost;
     if (!plain && r->open && nargs == 2 && api.type(L, 4) == LUA_TTABLE) {
-        /* (a, t): charged and checked here as the prelude's way would, then the prelude
-         * walks t (flat_call) without doing that again. */
+        /* (a, t): charged and checked here as the prelude's way would. A flat table with
+         * string keys (`{x = 1}`, the commonest) is walked here and crosses as its pairs,
+         * charged one step each as flat_call charges them: the call the prelude's
+         * flat_call then makes, with no Lua run from this C function. Any other table the
+         * prelude walks (flat_call), without charging and checking again. */
         int t = api.type(L, 3);
         if ((t == LUA_TNIL || t == LUA_TBOOLEAN || t == LUA_TNUMBER || t == LUA_TSTRING) &&
                 c >= (double)M->poll && heap_kb(L) <= M->host_call_max_kb) {
-            M->window = (int32_t)c;
-            api.pushlightuserdata(L, &MARK_FLAT);
-            api.replace(L, 2);
-            return top - 1;
+            int n = r->dispatch != NULL ? walk_flat(r, L, 4, top) : 0;
+            double cn = c - (M->active ? (double)n : 0.0);
+            if (n > 0 && cn >= (double)M->poll) {
+                /* As flat_call's call: (-1 - id, 0, a, n, k1, v1, ...). */
+                api.pushnumber(L, -1.0 - api.tonumber(L, 1));
+                api.replace(L, 1);
+                api.pushnumber(L, (double)n);
+                api.replace(L, 4);
+                c = cn;
+                top = api.gettop(L);
+                nargs = top - 2;
+                plain = 1;
+                r->walked++;
+            } else {
+                api.settop(L, top);
+                M->window = (int32_t)c;
+                api.pushlightuserdata(L, &MARK_FLAT);
+                api.replace(L, 2);
+                return top - 1;
+            }
         }
     }
     if (!plain || c < (double)M->poll || heap_kb(L) > M->host_call_max_kb) {
@@ -505,15 +566,17 @@ register_protected(lua_State *L)
 }
 
 PyDoc_STRVAR(bind_doc,
-"bind(library, holder, meter, memory_error, lua_error, dispatch, failed) -> Resumer\n\n"
+"bind(library, holder, meter, memory_error, lua_error, dispatch, failed, flat_items=0,\n"
+"     flat_bytes=0) -> Resumer\n\n"
 "Bind to a runtime: ``library`` is lupa's LuaJIT extension module, ``holder`` the address\n"
 "of a coroutine of the runtime never resumed (the thread host.call_end is called on, from\n"
 "the registry's \"moonbox.call_end\"), ``meter`` the address of the runtime's\n"
 "moonbox_meter; the two exception classes are raised for a failure of host.call_end (out\n"
 "of memory, or any other). With ``dispatch`` (the sandbox's dispatcher) and ``failed``\n"
 "(the first value of its failure answers), it also puts the compiled crossing of host\n"
-"calls in the runtime's registry, for the host functions made after it. None where the\n"
-"API is missing.");
+"calls in the runtime's registry, for the host functions made after it; a flat table\n"
+"argument of at most ``flat_items`` entries and ``flat_bytes`` bytes (the sandbox's value\n"
+"limits) with string keys, it walks itself. None where the API is missing.");
 
 static PyObject *
 bind(PyObject *self, PyObject *args)
@@ -521,8 +584,9 @@ bind(PyObject *self, PyObject *args)
     const char *library;
     unsigned long long holder, meter;
     PyObject *memory_error, *lua_error, *dispatch, *failed;
-    if (!PyArg_ParseTuple(args, "sKKOOOO:bind", &library, &holder, &meter, &memory_error,
-                          &lua_error, &dispatch, &failed)) {
+    long long flat_items = 0, flat_bytes = 0;
+    if (!PyArg_ParseTuple(args, "sKKOOOO|LL:bind", &library, &holder, &meter, &memory_error,
+                          &lua_error, &dispatch, &failed, &flat_items, &flat_bytes)) {
         return NULL;
     }
     if (holder == 0 || meter == 0 || !load_api(library)) {
@@ -542,7 +606,9 @@ bind(PyObject *self, PyObject *args)
     r->dispatch = NULL;
     r->failed = NULL;
     r->taken = NULL;
-    r->crossed = 0;
+    r->crossed = r->walked = 0;
+    r->flat_items = flat_items;
+    r->flat_bytes = flat_bytes;
     r->k_co = r->k_figures = r->k_id = r->k_wall = r->k_late = NULL;
     r->buffer = NULL;
     r->used = r->capacity = 0;
@@ -627,6 +693,8 @@ static PyMethodDef resumer_methods[] = {
 static PyMemberDef resumer_members[] = {
     {"crossed", T_ULONGLONG, offsetof(Resumer, crossed), READONLY,
      "How many host calls the compiled crossing made itself."},
+    {"walked", T_ULONGLONG, offsetof(Resumer, walked), READONLY,
+     "Of those, how many had a flat table argument the crossing walked itself."},
     {NULL, 0, 0, 0, NULL},
 };
 

@@ -157,17 +157,19 @@ if os.environ.get(RESUME_ENV) != "lua":
         _resume = (_resume_bind, _resume_call, _resume_set_up)
 
 
-def bind_resume(host: Any, dispatch: Any) -> Any:
+def bind_resume(host: Any, dispatch: Any, value_limits: ValueLimits) -> Any:
     """The compiled resume of a runtime just opened (its prelude's host table), or None
     where there is none: every call then takes the prelude's host.call. It also gives the
     host functions made after it the compiled crossing to ``dispatch`` (the sandbox's
-    dispatcher), and the prelude the way to take what only lupa converts."""
+    dispatcher), which walks a flat table argument itself within ``value_limits`` (the
+    runtime's), and the prelude the way to take what only lupa converts."""
     if _resume is None:
         return None
     crossing = None if os.environ.get(CROSSING_ENV) == "lua" else dispatch
     holder = int(host[b"call_end_address"].rpartition(b"0x")[2], 16)
     resumer = _resume[0](lua.__file__, holder, int(host[b"meter_address"]), lua.LuaMemoryError,
-                         lua.LuaError, crossing, host[b"host_failed"])
+                         lua.LuaError, crossing, host[b"host_failed"],
+                         value_limits.max_items, value_limits.max_bytes)
     if resumer is not None and crossing is not None:
         host[b"set_c_take"](resumer.take)
     return resumer

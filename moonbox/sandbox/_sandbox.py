@@ -187,7 +187,7 @@ class Sandbox:
         # The compiled resume of Run.call (or None), and the prelude's side of it.
         if getattr(self, "_resumer", None) is not None:
             self._resumer.close()  # the runtime it was bound to is replaced
-        self._resumer = bind_resume(host, bound)
+        self._resumer = bind_resume(host, bound, self.value_limits)
         self._h_take_end = host[b"take_end"]
         self._h_run_addresses = host[b"run_addresses"]
         # The allocator's limit Run.call set last (-1: none yet, or another path changed it

@@ -195,6 +195,56 @@ return unpack(keys, 1, #keys)
             assert out_a.stats.steps == out_b.stats.steps
         if jit or not flat:  # (see test_the_crossing_answers_as_the_preludes)
             assert a._resumer.crossed == (1 if flat else 0)
+            # A table with string keys only the crossing walks itself (no Lua run from C);
+            # a number key's hash chain a mod can make long, so the prelude walks those.
+            walked = flat and all(isinstance(k, str) for k in pairs)
+            assert a._resumer.walked == (1 if walked else 0)
+        assert b._resumer.walked == 0
+
+
+@pytest.mark.parametrize("limits, walked", [
+    ({"max_items": 3}, False), ({"max_bytes": 12}, False), ({"max_bytes": 13}, True),
+    ({}, True)])
+def test_the_crossings_walk_keeps_the_sandboxs_value_limits(monkeypatch, limits, walked):
+    # Four pairs, 13 bytes of keys and string values: walked only within both limits, and
+    # the prelude's way, taken otherwise, gives the same call.
+    from moonbox import ValueLimits
+
+    calls = []
+    for crossing in (True, False):
+        if crossing:
+            monkeypatch.delenv(_runtime.CROSSING_ENV, raising=False)
+        else:
+            monkeypatch.setenv(_runtime.CROSSING_ENV, "lua")
+        echo = Echo()
+        with Sandbox(Budget(steps=100_000), host_functions=[echo],
+                     value_limits=ValueLimits(**limits)) as sb:
+            out = sb.run('local ok, e = pcall(echo, "a", {ab = 1, cd = "xyz", ef = true, '
+                         'gh = "ij"}) return ok, e')
+            calls.append((out.values, echo.calls))
+            if crossing:
+                assert sb._resumer.walked == (1 if walked else 0)
+        monkeypatch.delenv(_runtime.CROSSING_ENV, raising=False)
+    assert calls[0] == calls[1]
+
+
+def test_a_table_of_colliding_number_keys_is_never_walked_by_the_crossing(monkeypatch):
+    # lua_next finds each key again along its chain: on such keys the prelude walks.
+    from test_host_stalls import COLLIDING_KEYS
+
+    sb, echo, _ = _sandbox(True, monkeypatch)
+    with sb:
+        out = sb.run(COLLIDING_KEYS + """
+local keys = colliding_keys(4096)
+local t = {}
+for i = 1, #keys do t[keys[i]] = i end
+local small = {}
+for i = 1, 8 do small[keys[i]] = i end
+echo("a", small)
+return pcall(echo, "a", t)
+""", "=attack")
+        assert out.status == "done", out.error
+        assert sb._resumer.walked == 0 and len(echo.calls) == 2
 
 
 def test_an_overdrawn_window_takes_the_preludes_way_and_trips(monkeypatch):
