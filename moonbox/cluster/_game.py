@@ -11,7 +11,6 @@ from typing import Any
 
 import msgpack
 
-from ..sandbox import Budget
 from ._backends import Backend, LocalBackend, ShardsDown
 from ._shard import atomic_write, entity_digest
 from ._spec import ClusterError, ModSpec, place
@@ -44,14 +43,14 @@ class ShardedGame:
             recovery.
         checkpoint_every: ticks between checkpoints (K); one is also taken at tick 0.
         restart_timeout_s: how long to wait for a dead shard's actor to come back.
-        budget: each mod call's budget on every shard (as ``Game(budget=...)``); ``None``:
-            the engine's default.
+        budget: each mod call's budget on every shard, a ``Budget`` (as
+            ``Game(budget=...)``); ``None``: the engine's default.
     """
 
     def __init__(self, mods: Iterable[ModSpec], shards: int, *, seed: int = 0,
                  backend: Backend | None = None, placement: Mapping[str, int] | None = None,
                  checkpoint_dir: str | Path | None = None, checkpoint_every: int = 10,
-                 restart_timeout_s: float = 60.0, budget: Budget | None = None) -> None:
+                 restart_timeout_s: float = 60.0, budget: Any = None) -> None:
         if checkpoint_every < 1:
             raise ClusterError("checkpoint_every must be 1 or more", code="config")
         self.placed = place(mods, shards, placement)

@@ -15,8 +15,7 @@ from typing import Any
 
 import msgpack
 
-from ..engine import Game
-from ..sandbox import Budget
+from ..engine import DEFAULT_BUDGET, Game
 from ._spec import ClusterError, ModSpec
 
 __all__ = ["KEEP_CHECKPOINTS", "Shard", "atomic_write", "entity_digest"]
@@ -87,7 +86,9 @@ class Shard:
         self.dir = (Path(checkpoint_dir) / f"shard-{index}") if checkpoint_dir else None
         if self.dir is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
-        self.game = Game(seed=seed, budget=None if budget is None else Budget(**budget))
+        # (The engine's Budget, checked again: the cluster reaches the engine alone.)
+        self.game = Game(seed=seed, budget=None if budget is None
+                         else type(DEFAULT_BUDGET).model_validate(budget))
         self.restored_from: int | None = None
         # Ticks run, and their wall and CPU (this process's) time: sums and the worst.
         self.ticks_run = 0
