@@ -16,6 +16,8 @@ per call round trip.
 
 ``moonbox bench --suite`` times the benchmark programs of ``suite/`` instead (see
 ``_suite``): each sample in a fresh runtime, raw LuaJIT and the sandbox interleaved.
+``moonbox bench --engine`` times the engine's budgeted handler calls, 1,000 mods of them,
+against raw LuaJIT's floor (see ``_engine``).
 
 The parts, each importing only those listed before it:
 
@@ -24,6 +26,7 @@ The parts, each importing only those listed before it:
 - ``_isolation``: the handlers, sandboxes and raw floor of process isolation's cost;
 - ``_measure``: the samplers, the measurement as a whole and its targets;
 - ``_suite``: the benchmark programs, their runners in fresh runtimes, their measurement;
+- ``_engine``: the engine's handler calls against their floor (``moonbox bench --engine``);
 - ``_report``: the tables (or JSON) ``moonbox bench`` prints.
 
 The pytest-benchmark suite in ``benchmarks/`` reuses the workloads, programs, runners and
@@ -45,7 +48,7 @@ from ._isolation import (
     raw_in_process,
 )
 from ._measure import WARMUP_RUNS
-from ._report import run_bench, run_suite_bench
+from ._report import run_bench, run_engine_bench, run_suite_bench
 from ._suite import (
     PROGRAMS,
     QUICK_SUITE_ROUNDS,
@@ -110,6 +113,7 @@ __all__ = [
     "raw_in_process",
     "raw_luajit",
     "run_bench",
+    "run_engine_bench",
     "run_suite_bench",
     "suite_report",
     "workload_source",

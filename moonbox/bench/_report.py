@@ -13,7 +13,7 @@ from ._measure import COSTS, TARGET_WORKLOAD, TRIP_LOOPS, TRIP_WALL_S, _environm
 from ._suite import TARGET_SUITE_PROGRAM, run_suite
 from ._workloads import MODES, Mode
 
-__all__ = ["run_bench", "run_suite_bench"]
+__all__ = ["run_bench", "run_engine_bench", "run_suite_bench"]
 
 MODE_HEADERS = ("raw", "metered", "no-jit")
 
@@ -184,4 +184,59 @@ def run_suite_bench(console: Console, *, rounds: int, nojit: bool,
         console.out(json.dumps(report, ensure_ascii=False), highlight=False)
     else:
         _render_suite(report, console)
+    return 0
+
+
+def _render_engine(report: dict[str, Any], console: Console) -> None:
+    env = report["environment"]
+    console.print(
+        f"[bold]moonbox bench --engine[/]: {report['mods']} mods, {report['warm']} ticks warm, "
+        f"{report['blocks']} blocks of {max(1, report['ticks'] // report['blocks'])} ticks, "
+        f"each of moonbox's followed by one of the floor's; {env['luajit']}, lupa {env['lupa']}, "
+        f"Python {env['python']}, {env['cpus']} CPUs, {report['elapsed_s']:.0f} s"
+    )
+    table = Table(title="One tick handler per mod: CPU µs per call, and moonbox's ratio to the "
+                        "raw LuaJIT floor")
+    for header in ("handler", "moonbox µs", "range", "floor µs", "range", "ratio", "range",
+                   "target", ""):
+        table.add_column(header, justify="left" if header == "handler" else "right",
+                         no_wrap=True)
+    for h in report["handlers"]:
+        table.add_row(h["name"], f"{h['moonbox_us']:.2f}",
+                      "{:.2f}-{:.2f}".format(*h["moonbox_range"]), f"{h['floor_us']:.2f}",
+                      "{:.2f}-{:.2f}".format(*h["floor_range"]), f"{h['ratio']:.2f}x",
+                      "{:.2f}-{:.2f}".format(*h["ratio_range"]), f"≤ {h['target']:g}x",
+                      _verdict(h["met"]))
+    table.caption = ("empty: dispatch only; read: one coreai_world_pos; full: that read and "
+                     "one coreai_world_change. Floor: one plain runtime per mod, bare Python "
+                     "callbacks, a dict world, the changes applied after the tick. The median "
+                     "block of each; the ratio is the median of the blocks' own ratios")
+    console.print(table)
+    console.print(f"Validating one change's arguments: {report['validate_change_us']:.1f} µs; "
+                  f"a tick with no mods: {report['no_mods_tick_us']:.1f} µs")
+    console.print("[dim]Shared machines are noisy: a MISS is reported, never an error.[/]")
+
+
+def run_engine_bench(console: Console, *, quick: bool, as_json: bool) -> int:
+    """Measure the engine's handler calls against their floor, then print a table (or one
+    JSON object). Returns the exit status: 0 whatever the targets say, 1 if the benchmark
+    itself failed (a handler failed, or the floor left another world)."""
+    from ._engine import ENGINE_WARM_TICKS, measure_engine
+
+    mods, warm = (500, 60) if quick else (1000, ENGINE_WARM_TICKS)
+    try:
+        if as_json:
+            report = measure_engine(mods, 20, warm)
+        else:
+            with console.status("measuring the engine...") as status:
+                report = measure_engine(mods, 20, warm, progress=status.update)
+    except MoonboxError as exc:
+        Console(stderr=True, highlight=False).print(f"[bold red]bench failed:[/] {exc}")
+        return 1
+    report["quick"] = quick
+    report["environment"] = _environment()
+    if as_json:
+        console.out(json.dumps(report, ensure_ascii=False), highlight=False)
+    else:
+        _render_engine(report, console)
     return 0

@@ -21,10 +21,21 @@ __all__ = ["bench"]
 @click.option("--nojit", is_flag=True, help="With --suite: also time Sandbox(jit=False).")
 @click.option("--program", "programs", multiple=True, metavar="NAME",
               help="With --suite: only this program (repeatable).")
+@click.option("--engine", is_flag=True,
+              help="The engine instead: 1,000 mods' budgeted tick handlers (500 with --quick) "
+                   "against raw LuaJIT's floor, one runtime per mod.")
 def bench(quick: bool, as_json: bool, suite: bool, rounds: int | None, nojit: bool,
-          programs: tuple[str, ...]) -> None:
+          programs: tuple[str, ...], engine: bool) -> None:
     """Sandbox overhead: metered, hook-metered and raw LuaJIT, interleaved, as ratios."""
     console = Console(highlight=False, soft_wrap=True)
+    if engine:
+        if suite or rounds is not None or nojit or programs:
+            raise click.UsageError("--engine goes with --quick and --json only")
+        from ..bench import run_engine_bench
+
+        if not console.is_terminal:
+            console = Console(highlight=False, soft_wrap=True, width=140)
+        sys.exit(run_engine_bench(console, quick=quick, as_json=as_json))
     if not suite:
         if rounds is not None or nojit or programs:
             raise click.UsageError("--rounds, --nojit and --program go with --suite")
