@@ -288,7 +288,11 @@ keep(Resumer *r, Answer *a, PyObject *v)
  * number or string, within the byte limit. Else 0, with nothing pushed, and the prelude
  * walks the table (which then finds what it finds, as before). Only string keys: lua_next
  * finds each key again along its hash chain, which a mod can make long with number keys
- * (their hash is not seeded, DESIGN.md); the prelude's walk goes by slot index. */
+ * (their hash is not seeded, DESIGN.md), and a table of them takes the prelude's walk, by
+ * slot index. A string key's chain may still hold number keys the mod placed there (even
+ * removed ones, until a rehash): at most 16 finds along chains no longer than the table,
+ * so the walk stays linear in the table's size, as the prelude's is (its scan for the
+ * next live slot crosses the whole hash part). */
 static int
 walk_flat(Resumer *r, lua_State *L, int t, int top)
 {
@@ -337,6 +341,7 @@ c_host(lua_State *L)
     }
     double cost = api.tonumber(L, 2);
     double c = (double)M->window - cost;
+    int walked = 0;
     if (!plain && r->open && nargs == 2 && api.type(L, 4) == LUA_TTABLE) {
         /* (a, t): charged and checked here as the prelude's way would. A flat table with
          * string keys (`{x = 1}`, the commonest) is walked here and crosses as its pairs,
@@ -358,6 +363,7 @@ c_host(lua_State *L)
                 top = api.gettop(L);
                 nargs = top - 2;
                 plain = 1;
+                walked = 1;
                 r->walked++;
             } else {
                 api.settop(L, top);
@@ -368,7 +374,10 @@ c_host(lua_State *L)
             }
         }
     }
-    if (!plain || c < (double)M->poll || heap_kb(L) > M->host_call_max_kb) {
+    /* (A walked call was checked before its walk, and its arguments are rewritten: the
+     * poll flag, which the alarm's thread may raise meanwhile, or the stack's growth for
+     * the pairs must not send it the prelude's way now. It polls at the next check.) */
+    if (!walked && (!plain || c < (double)M->poll || heap_kb(L) > M->host_call_max_kb)) {
         /* The prelude's way does it all: the marker, then the arguments. */
         api.pushlightuserdata(L, &MARK_PRELUDE);
         api.replace(L, 2);

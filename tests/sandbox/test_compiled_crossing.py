@@ -291,3 +291,78 @@ def test_a_closed_binding_sends_host_calls_the_preludes_way(monkeypatch):
         sb._resumer.close()
         assert sb.run("return echo(7)").values == (7,)
         assert echo.calls == [(7,)] and sb._resumer.crossed == 0
+
+
+def test_a_window_that_covers_the_cost_but_not_the_pairs_goes_the_preludes_way(monkeypatch):
+    # echo costs 3; its table's 4 pairs cost 4 more: a budget of 5 steps has room for the
+    # cost, not for the pairs. The crossing leaves the table to the prelude, which charges
+    # the pairs and trips, as the prelude's way does whole.
+    src = 'echo("a", {p = 1, q = 2, r = 3, s = 4}) return 1'
+    outs = []
+    for crossing in (True, False):
+        sb, echo, _ = _sandbox(crossing, monkeypatch, budget=Budget(steps=5))
+        with sb:
+            out = sb.run(src, "=w")
+            outs.append((out.status, out.error.budget if out.error else None, len(echo.calls)))
+            if crossing:
+                assert sb._resumer.walked == 0
+    assert outs[0] == outs[1] == ("budget", "steps", 0)
+
+
+def test_the_crossings_walk_never_runs_a_metamethod_and_keeps_every_byte(monkeypatch):
+    sb, echo, _ = _sandbox(True, monkeypatch)
+    with sb:
+        out = sb.run("""
+local hit = false
+local t = setmetatable({["a\\0b"] = "x\\0y", ["\\255"] = true}, {
+  __index = function() hit = true end, __pairs = function() hit = true end,
+  __newindex = function() hit = true end, __len = function() hit = true end,
+  __metatable = "locked"})
+echo("n", t)
+return hit""", "=m")
+        assert out.status == "done" and out.values == (False,)
+        assert sb._resumer.walked == 1
+        assert echo.calls == [("n", {"a\0b": "x\0y", "\ufffd": True})]
+
+
+def test_the_crossings_walk_in_a_preemptible_sandbox(monkeypatch):
+    monkeypatch.delenv(_runtime.CROSSING_ENV, raising=False)
+    echo = Echo()
+    with Sandbox(Budget(steps=1 << 40, wall_s=30), preempt=True,
+                 host_functions=[echo]) as sb:
+        out = sb.run('for i = 1, 300 do echo(i, {x = i, name = "n"}) end return 1', "=p")
+        # (A call that meets a preemption's poll flag goes the prelude's way.)
+        assert out.status == "done" and 0 < sb._resumer.walked <= 300
+        assert echo.calls == [(i, {"x": i, "name": "n"}) for i in range(1, 301)]
+
+
+@pytest.mark.parametrize("preempt", [False, True], ids=["plain", "preempt"])
+def test_a_walked_call_raised_poll_flag_never_sends_rewritten_arguments(preempt):
+    # Found in review: the alarm's thread raises the poll flag at any moment; raised
+    # between the walk's check and the crossing's, the call went the prelude's way with
+    # its arguments already rewritten as pairs (and, preempted, the host got them so).
+    # A thread raising the flag over and over stands in for the alarm.
+    import ctypes
+    import threading
+
+    echo = Echo()
+    with Sandbox(Budget(steps=1 << 40, wall_s=60), preempt=preempt,
+                 host_functions=[echo]) as sb:
+        cell = ctypes.c_int32.from_address(sb._alarm_state[2])
+        stop = threading.Event()
+
+        def raise_flag() -> None:
+            while not stop.is_set():
+                cell.value = 0x7FFFFFFF
+                stop.wait(0.00002)
+
+        thread = threading.Thread(target=raise_flag, daemon=True)
+        thread.start()
+        try:
+            out = sb.run('for i = 1, 1000000 do echo("a", {x = 1, y = "s"}) end return 1')
+        finally:
+            stop.set()
+            thread.join()
+    assert out.status == "done", out.error
+    assert all(len(args) == 2 and isinstance(args[1], dict) for args in echo.calls)
+    assert len(echo.calls) == 1_000_000
