@@ -93,15 +93,24 @@ def test_an_entity_has_one_owning_shard():
 
 
 def test_the_budget_given_holds_on_every_shard():
-    # A handler of some 4,000 steps: within the engine's default budget, over a tight one
-    # given to the sharded game, on whichever shard it lives.
-    busy = 'on("tick", function() local n = 0 for i = 1, 4000 do n = n + i end end)'
-    mods = [ModSpec(f"b{k}", busy) for k in range(2)]
-    with ShardedGame(mods, 2) as roomy:
-        assert not any(a["failures"] for a in roomy.tick().values())
-    with ShardedGame(mods, 2, budget=Budget(steps=1000)) as tight:
-        answers = tight.tick()
-        assert [a["failures"] for a in answers.values()] == [1, 1]
+    # A handler that never ends trips on steps under whatever budget its shard runs: the
+    # steps it spent are that budget's, on whichever shard it lives.
+    from moonbox.cluster import LocalBackend
+
+    spin = 'on("tick", function() while true do end end)'
+    mods = [ModSpec(f"s{k}", spin) for k in range(2)]
+    for steps in (1_000, 50_000):
+        backend = LocalBackend()
+        with ShardedGame(mods, 2, backend=backend,
+                         budget=Budget(steps=steps, wall_s=30)) as game:
+            answers = game.tick()
+            assert [a["failures"] for a in answers.values()] == [1, 1]
+            spent = [shard.game.mod(m.id).stats for shard in backend._shards
+                     for m in shard.mods]
+            assert len(spent) == 2
+            for stats in spent:
+                # (with the main chunk's and the dispatcher's start: some 150 steps)
+                assert stats.trips == 1 and steps <= stats.steps < steps + 1_000
 
 
 def test_checkpoints_are_files_and_a_rollback_replays_to_the_same_world(tmp_path: Path):

@@ -346,7 +346,9 @@ def test_a_walked_call_raised_poll_flag_never_sends_rewritten_arguments(preempt)
     import threading
 
     echo = Echo()
-    with Sandbox(Budget(steps=1 << 40, wall_s=60), preempt=preempt,
+    # A million calls, a thousand per resume: no resume needs more than its budget, however
+    # slow the machine.
+    with Sandbox(Budget(steps=1 << 30, wall_s=30), preempt=preempt,
                  host_functions=[echo]) as sb:
         cell = ctypes.c_int32.from_address(sb._alarm_state[2])
         stop = threading.Event()
@@ -359,7 +361,11 @@ def test_a_walked_call_raised_poll_flag_never_sends_rewritten_arguments(preempt)
         thread = threading.Thread(target=raise_flag, daemon=True)
         thread.start()
         try:
-            out = sb.run('for i = 1, 1000000 do echo("a", {x = 1, y = "s"}) end return 1')
+            run = sb.start('for j = 1, 1000 do for i = 1, 1000 do echo("a", {x = 1, y = "s"}) '
+                           'end coroutine.yield() end return 1')
+            out = run.resume()
+            while not run.finished and out.status == "yielded":
+                out = run.resume()
         finally:
             stop.set()
             thread.join()
