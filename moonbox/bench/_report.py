@@ -22,12 +22,17 @@ def _verdict(met: bool) -> str:
     return "[green]PASS[/]" if met else "[red]MISS[/]"
 
 
+def _machine(env: dict[str, Any]) -> str:
+    """What ran the measurement, as each table's heading says it."""
+    return f"{env['luajit']}, lupa {env['lupa']}, Python {env['python']}, {env['cpus']} CPUs"
+
+
 def _render(report: dict[str, Any], console: Console) -> None:
     env = report["environment"]
     console.print(
         f"[bold]moonbox bench[/]{' --quick' if report['quick'] else ''}: "
-        f"median of {report['rounds']} interleaved rounds, {env['luajit']}, lupa {env['lupa']}, "
-        f"Python {env['python']}, {env['cpus']} CPUs, {report['elapsed_s']:.0f} s"
+        f"median of {report['rounds']} interleaved rounds, {_machine(env)}, "
+        f"{report['elapsed_s']:.0f} s"
     )
     table = Table(title="Workloads: ms per run, and ratio to raw LuaJIT (JIT on)")
     for header in ("workload", *MODE_HEADERS, "metered/raw", "no-jit/raw",
@@ -122,8 +127,7 @@ def _render_suite(report: dict[str, Any], console: Console) -> None:
     console.print(
         f"[bold]moonbox bench --suite[/]: {len(report['programs'])} programs, median of "
         f"{report['rounds']} interleaved rounds, each sample in a fresh runtime; "
-        f"{env['luajit']}, lupa {env['lupa']}, Python {env['python']}, {env['cpus']} CPUs, "
-        f"sandbox allocator: {env['heap']}, {report['elapsed_s']:.0f} s"
+        f"{_machine(env)}, sandbox allocator: {env['heap']}, {report['elapsed_s']:.0f} s"
     )
     table = Table(title="Programs: ms per run, and moonbox's ratio to raw LuaJIT (JIT on)")
     headers = ["program", "raw ms", "moonbox ms", "ratio", "range"]
@@ -188,12 +192,11 @@ def run_suite_bench(console: Console, *, rounds: int, nojit: bool,
 
 
 def _render_engine(report: dict[str, Any], console: Console) -> None:
-    env = report["environment"]
     console.print(
         f"[bold]moonbox bench --engine[/]: {report['mods']} mods, {report['warm']} ticks warm, "
         f"{report['blocks']} blocks of {max(1, report['ticks'] // report['blocks'])} ticks, "
-        f"each of moonbox's followed by one of the floor's; {env['luajit']}, lupa {env['lupa']}, "
-        f"Python {env['python']}, {env['cpus']} CPUs, {report['elapsed_s']:.0f} s"
+        f"each of moonbox's followed by one of the floor's; {_machine(report['environment'])}, "
+        f"{report['elapsed_s']:.0f} s"
     )
     table = Table(title="One tick handler per mod: CPU µs per call, and moonbox's ratio to the "
                         "raw LuaJIT floor")

@@ -217,16 +217,19 @@ def test_a_budget_trip_in_a_required_module_is_not_swallowed(mods_dir):
         assert "swallowed" not in (game.mod("m").state if game.mods else {})
 
 
+# A handler that requires lib "slow" lazily and keeps what it got (or the error) by event.
+REQUIRE_ON_GO = ('on("go", function(data)\n'
+                 '  local ok, m = pcall(require, "slow")\n'
+                 '  state_set("go" .. data.n, ok and m.ready or tostring(m))\n'
+                 'end)')
+
+
 def test_a_budget_trip_in_a_lazy_require_leaves_no_false_cycle(mods_dir):
     """A trip unwinds past require's own cleanup; the engine's restarted dispatcher makes
     require forget the marks of the calls the trip ended, so the module loads next time."""
     files = {"slow.lua": "if not state_get('warm') then while true do end end\n"
                          "return {ready = true}\n"}
-    main = ('on("go", function(data)\n'
-            '  local ok, m = pcall(require, "slow")\n'
-            '  state_set("go" .. data.n, ok and m.ready or tostring(m))\n'
-            'end)\n'
-            'on("warm", function() state_set("warm", true) end)')
+    main = REQUIRE_ON_GO + '\non("warm", function() state_set("warm", true) end)'
     game, host, result = _load_one(mods_dir, main, files)
     with game:
         assert result.ok, result.error
@@ -326,10 +329,7 @@ def test_a_lazy_require_that_waits_is_loading_until_it_ends(mods_dir, monkeypatc
     monkeypatch.setattr(Sandbox, "start", starting)
     files = {"slow.lua": "state_set('loads', (state_get('loads') or 0) + 1)\nwait(2)\n"
                          "return {ready = true}\n"}
-    main = ('on("go", function(data)\n'
-            '  local ok, m = pcall(require, "slow")\n'
-            '  state_set("go" .. data.n, ok and m.ready or tostring(m))\n'
-            'end)')
+    main = REQUIRE_ON_GO
     game, host, result = _load_one(mods_dir, main, files)
     with game:
         assert result.ok, result.error
