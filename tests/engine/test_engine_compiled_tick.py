@@ -16,8 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from moonbox import Budget
-from moonbox.engine import Game
-from moonbox.engine import _dispatch
+from moonbox.engine import Game, _dispatch
 
 COMPILED_TICK = _dispatch._compiled_tick
 pytestmark = pytest.mark.skipif(COMPILED_TICK is None,

@@ -114,7 +114,7 @@ def test_the_byte_limit_counts_keys_whatever_follows_them(keys, values, seed):
     # are refused past the limit however they are placed; as a returned value and as an
     # argument (the flat path, the check and the lupa path alike).
     size = sum(len(k) for k in keys)
-    table = "{" + ", ".join(f"{k} = {str(v).lower()}" for k, v in zip(keys, values)) + "}"
+    table = "{" + ", ".join(f"{k} = {str(v).lower()}" for k, v in zip(keys, values, strict=False)) + "}"
     probe = _Probe()
     limits = ValueLimits(max_bytes=20)
     with Sandbox(host_functions=[probe], value_limits=limits, seed=seed) as sb:
