@@ -142,6 +142,18 @@ class Binding:
             or ``None`` to decline before it changed anything (the call then takes the
             full path). It must do exactly what ``fn`` does with the model those values
             make: a property test should hold the two paths equal.
+        direct: for an unpacking binding (``unpack``, no ``prepare``) answered in O(1)
+            from host state, such as a world read: an optional ``direct(mf, registry,
+            api)`` that makes, for one mod, a function the sandbox's compiled crossing
+            calls itself, with no dispatcher, lane or ``fn`` between: ``f(*args)`` with
+            the arguments exactly as they come from Lua (strings as bytes). While
+            ``mf._lane_version == registry._version`` (nothing observes the call) it may
+            answer what ``fn`` would, as one number or boolean or a tuple of numbers,
+            booleans and nils; otherwise, and for anything it cannot vouch for, it returns
+            ``None`` before it changed anything and the call takes the full path. It never
+            raises. The same property test holds it equal to the full path.
+        pairs_direct: the same for a call ``name(a, {k = v, ...})`` of a binding with
+            ``fast_pairs``: ``f(a, n, k1, v1, ...)``, the flat table as its pairs.
     """
 
     name: str
@@ -157,6 +169,8 @@ class Binding:
     prepare: Callable[..., Any] | None = field(default=None, repr=False)
     codes: tuple[str, ...] = ()
     fast_pairs: Callable[..., Any] | None = field(default=None, repr=False)
+    direct: Callable[..., Any] | None = field(default=None, repr=False)
+    pairs_direct: Callable[..., Any] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -171,6 +185,15 @@ class Binding:
             raise ValueError(f"binding {self.name}: prepare must be a function")
         if self.fast_pairs is not None and not callable(self.fast_pairs):
             raise ValueError(f"binding {self.name}: fast_pairs must be a function")
+        if self.direct is not None and not (callable(self.direct) and self.unpack
+                                            and self.prepare is None):
+            raise ValueError(f"binding {self.name}: direct must be a function, of an "
+                             "unpacking binding with no prepare")
+        if self.pairs_direct is not None and not (callable(self.pairs_direct)
+                                                  and self.fast_pairs is not None
+                                                  and self.prepare is None):
+            raise ValueError(f"binding {self.name}: pairs_direct must be a function, of a "
+                             "binding with fast_pairs and no prepare")
         if isinstance(self.codes, str) or not all(
             isinstance(c, str) and _CODE.match(c) for c in self.codes
         ):

@@ -639,6 +639,17 @@ class _ModFunction:
         self.pairs_lane = (None if factory is None else factory(
             self, api.registry, api, binding.fast_pairs, results))
 
+    def make_direct(self, sb: Any, pairs: bool) -> Any:
+        """The binding's direct answer for sandbox ``sb``'s compiled crossing (see
+        moonbox.sandbox.HostFunction), or ``None``: a binding may offer one
+        (``Binding.direct`` / ``Binding.pairs_direct``, made with this function, the
+        registry and the mod's api), to run only while its lane may (``_lane_version``)."""
+        binding = self.binding
+        maker = binding.pairs_direct if pairs else binding.direct
+        if maker is None:
+            return None
+        return maker(self, self._api.registry, self._api)
+
     def _refresh(self, version: int) -> None:
         # The version is read before what it guards: a change meanwhile bumps it again,
         # and the next call refreshes (read after, a stale view could be kept under it).

@@ -139,6 +139,12 @@ class HostFunction(Protocol):
     # them (Lua strings as bytes, tables as Lua objects): it returns the results as a
     # tuple, or one result that is neither a tuple nor None as it is, or ``None`` to send
     # the call to ``__call__`` with the arguments as plain data.
+    # Optional: ``make_direct(sandbox, pairs)``, a function the compiled crossing calls
+    # itself, with no dispatcher between, with the arguments after the index (``pairs``:
+    # of a call (a, t) whose flat table crossed as its pairs, ``a, n, k1, v1, ...``), or
+    # ``None``. It answers one number or boolean, or a tuple of numbers, booleans and
+    # nils, and never raises: ``None`` declines, before it changed anything, and the call
+    # takes the dispatcher's way, which serves it and explains any failure.
 
     def __call__(self, call: HostCall, args: tuple[Any, ...]) -> tuple[Any, ...]: ...
 

@@ -168,8 +168,11 @@ typedef struct {
     PyObject *dispatch;      /* the sandbox's dispatcher: dispatch(index, *args) */
     PyObject *failed;        /* the first value of a failed call's answer */
     PyObject *taken;         /* an answer only lupa converts, until host.c_take takes it */
+    PyObject *directs;       /* by index: a host function's direct answer, or None */
+    PyObject *pairs_directs; /* by index: the same for a walked flat table's call */
     unsigned long long crossed;  /* host calls the crossing made itself */
     unsigned long long walked;   /* of those, calls whose table it walked itself */
+    unsigned long long directed; /* of those, calls a direct answer served */
     long long flat_items, flat_bytes;  /* the sandbox's value limits (values.lua) */
     /* What run_call read last from its run's and sandbox's slots, with the objects it read
      * it from (held, and compared by identity: those slots hold ints and floats set once):
@@ -401,7 +404,24 @@ c_host(lua_State *L)
             }
         }
         if (made == nargs + 1) {
-            answer = PyObject_Vectorcall(r->dispatch, argv, (size_t)made, NULL);
+            /* (A flat table's call, walked here or by the prelude: -1 - id.) */
+            long long id = (long long)api.tonumber(L, 1);
+            PyObject *table = id < 0 ? r->pairs_directs : r->directs;
+            id = id < 0 ? -1 - id : id;
+            if (table != NULL && id >= 0 && id < PyTuple_GET_SIZE(table) &&
+                    PyTuple_GET_ITEM(table, id) != Py_None) {
+                answer = PyObject_Vectorcall(PyTuple_GET_ITEM(table, id), argv + 1,
+                                             (size_t)nargs | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                             NULL);
+                if (answer == Py_None) {
+                    Py_DECREF(answer);
+                    answer = PyObject_Vectorcall(r->dispatch, argv, (size_t)made, NULL);
+                } else if (answer != NULL) {
+                    r->directed++;
+                }
+            } else {
+                answer = PyObject_Vectorcall(r->dispatch, argv, (size_t)made, NULL);
+            }
         }
     }
     for (int i = 0; i < made; i++) {
@@ -615,7 +635,8 @@ bind(PyObject *self, PyObject *args)
     r->dispatch = NULL;
     r->failed = NULL;
     r->taken = NULL;
-    r->crossed = r->walked = 0;
+    r->directs = r->pairs_directs = NULL;
+    r->crossed = r->walked = r->directed = 0;
     r->flat_items = flat_items;
     r->flat_bytes = flat_bytes;
     r->k_co = r->k_figures = r->k_id = r->k_wall = r->k_late = NULL;
@@ -640,6 +661,25 @@ resumer_close(Resumer *r, PyObject *unused)
 {
     r->open = 0;
     Py_CLEAR(r->taken);
+    Py_CLEAR(r->directs);
+    Py_CLEAR(r->pairs_directs);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+resumer_set_directs(Resumer *r, PyObject *args)
+{
+    PyObject *plain, *pairs;
+    if (!PyArg_ParseTuple(args, "OO:set_directs", &plain, &pairs)) {
+        return NULL;
+    }
+    if ((plain != Py_None && !PyTuple_CheckExact(plain)) ||
+            (pairs != Py_None && !PyTuple_CheckExact(pairs))) {
+        PyErr_SetString(PyExc_TypeError, "set_directs takes two tuples or None");
+        return NULL;
+    }
+    Py_XSETREF(r->directs, plain == Py_None ? NULL : Py_NewRef(plain));
+    Py_XSETREF(r->pairs_directs, pairs == Py_None ? NULL : Py_NewRef(pairs));
     Py_RETURN_NONE;
 }
 
@@ -660,6 +700,8 @@ resumer_traverse(Resumer *r, visitproc visit, void *arg)
     Py_VISIT(r->dispatch);
     Py_VISIT(r->failed);
     Py_VISIT(r->taken);
+    Py_VISIT(r->directs);
+    Py_VISIT(r->pairs_directs);
     return 0;
 }
 
@@ -675,6 +717,8 @@ resumer_clear(Resumer *r)
     Py_CLEAR(r->dispatch);
     Py_CLEAR(r->failed);
     Py_CLEAR(r->taken);
+    Py_CLEAR(r->directs);
+    Py_CLEAR(r->pairs_directs);
     return 0;
 }
 
@@ -693,6 +737,11 @@ static PyMethodDef resumer_methods[] = {
     {"close", (PyCFunction)resumer_close, METH_NOARGS,
      "The runtime is closing: every later call answers NotImplemented, every host call "
      "the crossing gets goes the prelude's way."},
+    {"set_directs", (PyCFunction)resumer_set_directs, METH_VARARGS,
+     "Host functions answered without the dispatcher: two tuples by index (plain calls, "
+     "calls with a walked flat table) of callables or None, or None. A direct callable "
+     "gets the call's arguments as the dispatcher would after the index and answers as it "
+     "does, or None to send the call to the dispatcher."},
     {"take", (PyCFunction)resumer_take, METH_NOARGS,
      "The answer of the last host call the crossing could not convert itself (see "
      "host.set_c_take)."},
@@ -704,6 +753,8 @@ static PyMemberDef resumer_members[] = {
      "How many host calls the compiled crossing made itself."},
     {"walked", T_ULONGLONG, offsetof(Resumer, walked), READONLY,
      "Of those, how many had a flat table argument the crossing walked itself."},
+    {"directed", T_ULONGLONG, offsetof(Resumer, directed), READONLY,
+     "Of those, how many a direct answer served (see set_directs)."},
     {NULL, 0, 0, 0, NULL},
 };
 

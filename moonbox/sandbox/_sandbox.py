@@ -188,6 +188,8 @@ class Sandbox:
         if getattr(self, "_resumer", None) is not None:
             self._resumer.close()  # the runtime it was bound to is replaced
         self._resumer = bind_resume(host, bound, self.value_limits)
+        if self._resumer is not None:
+            self._resumer.set_directs(*self._directs())
         self._h_take_end = host[b"take_end"]
         self._h_run_addresses = host[b"run_addresses"]
         # The allocator's limit Run.call set last (-1: none yet, or another path changed it
@@ -477,6 +479,17 @@ class Sandbox:
             )
         return Chunk(handle.chunk, 0, handle._key, handle._generation)
 
+    def _directs(self) -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]:
+        # What the compiled crossing calls itself, by index (HostFunction.make_direct):
+        # for plain calls, and for calls (a, t) whose flat table crossed as its pairs.
+        made: list[list[Any]] = [[], []]
+        for hf in self._host_functions:
+            make = getattr(hf, "make_direct", None)
+            for pairs, directs in enumerate(made):
+                directs.append(None if make is None else make(self, bool(pairs)))
+        plain, pairs = (tuple(d) if any(f is not None for f in d) else None for d in made)
+        return plain, pairs
+
     def _stall_at(self) -> float:
         """When the host stops waiting for the running resume (the watchdog reads it)."""
         return self._deadline + self._margin_now
@@ -486,6 +499,8 @@ class Sandbox:
         nothing of the host touches this runtime again. Its host functions refuse, and the
         sandbox closes; the runner thread holds the runtime until the operation returns."""
         self.abandoned = True
+        if self._resumer is not None:
+            self._resumer.set_directs(None, None)  # no lane of the host answers either
         self._entries = AbandonedEntries()  # type: ignore[assignment]
         self._running = None
         self.close()
