@@ -17,6 +17,7 @@ from .._errors import BindingError
 from ..bindings import Binding
 from ..sandbox import HostCall
 from ._commands import (
+    MAX_ARG_CHARS,
     ChangeArgs,
     DestroyArgs,
     FindArgs,
@@ -30,7 +31,12 @@ from ._commands import (
 )
 from ._errors import WorldError
 from ._model import Entity
-from ._world import World, unit_direction
+from ._world import _PLACEMENT, World, unit_direction
+
+# The placement fields as a flat table's keys cross (bytes), and the largest int a number
+# field takes as a float without pydantic (moonbox.bindings' compiled checks: the same).
+_PLACEMENT_KEYS = {name.encode(): name for name in sorted(_PLACEMENT)}
+_INT_AS_FLOAT = 2**63
 
 __all__ = ["WORLD_BINDINGS", "EntityTable", "PrefabInfo", "RaycastHit", "entity_table",
            "world_bindings"]
@@ -248,16 +254,89 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
                 "x": args.x + ux * distance, "y": args.y + uy * distance,
                 "z": args.z + uz * distance}
 
+    # The commonest calls of all, answered by the sandbox's compiled crossing with no
+    # dispatcher, lane or binding function between (Binding.direct): each is the lane's
+    # checks and the function's work in one frame, answering only what it can vouch for
+    # (a name of at most MAX_ARG_CHARS characters, placement fields of numbers) and
+    # declining everything else to the full path, which answers and explains it.
+    def pos_direct(mf: Any, registry: Any, api: Any) -> Callable[..., Any]:
+        def direct(*args: Any) -> Any:
+            if mf._lane_version != registry._version or len(args) != 1:
+                return None
+            name = args[0]
+            w = get_world()
+            if type(name) is not bytes or type(w) is not World:
+                return None
+            name = name.decode("utf-8", "replace")
+            eid = w._by_name.get(name)
+            if eid is None or len(name) > MAX_ARG_CHARS:
+                return None  # nil, or an invalid name: the full path answers
+            e = w._entities[eid]
+            return (e.x, e.y, e.z)
+        return direct
+
+    def exists_direct(mf: Any, registry: Any, api: Any) -> Callable[..., Any]:
+        def direct(*args: Any) -> Any:
+            if mf._lane_version != registry._version or len(args) != 1:
+                return None
+            name = args[0]
+            w = get_world()
+            if type(name) is not bytes or type(w) is not World:
+                return None
+            name = name.decode("utf-8", "replace")
+            if len(name) > MAX_ARG_CHARS:
+                return None
+            return name in w._by_name
+        return direct
+
+    def change_direct(mf: Any, registry: Any, api: Any) -> Callable[..., Any] | None:
+        mod_id = getattr(api, "mod_id", None)
+        if not isinstance(mod_id, str):
+            return None  # the full path refuses it
+
+        def direct(*args: Any) -> Any:
+            # (a, n, k1, v1, ...): as change_fast, with what its lane checks.
+            if mf._lane_version != registry._version or len(args) < 4:
+                return None
+            name, n = args[0], args[1]
+            if type(name) is not bytes or type(n) is not int or len(args) != 2 + 2 * n:
+                return None
+            fields = {}
+            for i in range(2, 2 + 2 * n, 2):
+                key = _PLACEMENT_KEYS.get(args[i])
+                v = args[i + 1]
+                t = type(v)
+                if key is None:
+                    return None
+                if t is int and -_INT_AS_FLOAT <= v <= _INT_AS_FLOAT:
+                    v = float(v)
+                elif t is not float:
+                    return None
+                fields[key] = v
+            name = name.decode("utf-8", "replace")
+            w = get_world()
+            if len(name) > MAX_ARG_CHARS or type(w) is not World:
+                return None
+            try:
+                return w.submit_placement(name, fields, mod_id)
+            except WorldError:
+                return None  # queue_full: raised before anything changed; the full path explains
+        return direct
+
     def make(name: str, args: Any, fn: Callable[..., Any], risk: str, cost: int,
              description: str = "", *, unpack: bool = False,
-             fast_pairs: Callable[..., Any] | None = None) -> Binding:
+             fast_pairs: Callable[..., Any] | None = None,
+             direct: Callable[..., Any] | None = None,
+             pairs_direct: Callable[..., Any] | None = None) -> Binding:
         doc = description or (fn.__doc__ or "").strip().split("\n")[0]
         return Binding(f"coreai_world_{name}", args, fn, risk=risk, group="world",  # type: ignore[arg-type]
-                       cost=cost, description=doc, unpack=unpack, fast_pairs=fast_pairs)
+                       cost=cost, description=doc, unpack=unpack, fast_pairs=fast_pairs,
+                       direct=direct, pairs_direct=pairs_direct)
 
     return (
         make("spawn", SpawnArgs, spawn, "write", 2),
-        make("change", ChangeArgs, change, "write", 2, fast_pairs=change_fast),
+        make("change", ChangeArgs, change, "write", 2, fast_pairs=change_fast,
+             pairs_direct=change_direct),
         make("set_color", SetColorArgs, set_color, "write", 2),
         make("destroy", DestroyArgs, destroy, "write", 2),
         make("spawn_batch", SpawnBatchArgs, spawn_batch, "write", 20),
@@ -268,8 +347,8 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
              "Queue the open transaction, applied all or none; returns its size."),
         make("rollback", NoArgs, rollback, "write", 1,
              "Drop the open transaction; returns how many commands it held."),
-        make("exists", NameArgs, exists, "read", 1, unpack=True),
-        make("pos", NameArgs, pos, "read", 1, unpack=True),
+        make("exists", NameArgs, exists, "read", 1, unpack=True, direct=exists_direct),
+        make("pos", NameArgs, pos, "read", 1, unpack=True, direct=pos_direct),
         make("get", NameArgs, get, "read", 2, unpack=True),
         make("find", FindArgs, find, "read", 10, unpack=True),
         make("list_prefabs", NoArgs, list_prefabs, "read", 5),
