@@ -395,6 +395,7 @@ c_host(lua_State *L)
     PyObject *argv[CROSSING_MAX_ARGS + 1];
     int made = 0;
     PyObject *answer = NULL;
+    int directed = 0;  /* a direct answer served the call */
     argv[0] = PyLong_FromDouble(api.tonumber(L, 1));
     if (argv[0] != NULL) {
         for (made = 1; made <= nargs; made++) {
@@ -417,6 +418,7 @@ c_host(lua_State *L)
                     Py_DECREF(answer);
                     answer = PyObject_Vectorcall(r->dispatch, argv, (size_t)made, NULL);
                 } else if (answer != NULL) {
+                    directed = 1;
                     r->directed++;
                 }
             } else {
@@ -477,7 +479,17 @@ c_host(lua_State *L)
             kind = MARK_KIND_TAKE;
         }
     }
-    if (kind == MARK_KIND_TAKE) {
+    if (kind == MARK_KIND_TAKE && directed) {
+        /* A direct answer answers plain values only (HostFunction.make_direct): one that
+         * only lupa would convert is a host bug, failed as one, never handed over. */
+        PyErr_SetString(PyExc_TypeError, "a direct answer answered other than plain values");
+        PyErr_WriteUnraisable(r->dispatch);
+        kind = MARK_KIND_FAILED;
+        count = 1;
+        out[0].type = LUA_TSTRING;
+        out[0].len = 0;
+        out[0].off = (size_t)-1;
+    } else if (kind == MARK_KIND_TAKE) {
         Py_XSETREF(r->taken, answer);
         answer = NULL;
         count = 0;

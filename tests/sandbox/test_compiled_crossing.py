@@ -372,3 +372,82 @@ def test_a_walked_call_raised_poll_flag_never_sends_rewritten_arguments(preempt)
     assert out.status == "done", out.error
     assert all(len(args) == 2 and isinstance(args[1], dict) for args in echo.calls)
     assert len(echo.calls) == 1_000_000
+
+
+class Direct:
+    """A host function with a direct answer: doubles a number itself, declines the rest
+    (or, told to, breaks its contract by raising)."""
+
+    name = "twice"
+    cost = 2
+
+    def __init__(self) -> None:
+        self.full: list[tuple[Any, ...]] = []
+        self.direct: list[tuple[Any, ...]] = []
+        self.raises = False
+        self.answer_str = False
+
+    def __call__(self, call: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        self.full.append(args)
+        return ("full",)
+
+    def make_direct(self, sb: Any, pairs: bool) -> Any:
+        def direct(*args: Any) -> Any:
+            self.direct.append(args)
+            if self.raises:
+                raise RuntimeError("a direct answer raised")
+            if pairs:
+                return ("text",) if self.answer_str else (b"pairs", *args)
+            return args[0] * 2 if len(args) == 1 and type(args[0]) is int else None
+        return direct
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_direct_answer_serves_the_call_or_declines_to_the_dispatcher(monkeypatch):
+    monkeypatch.delenv(_runtime.CROSSING_ENV, raising=False)
+    d = Direct()
+    with Sandbox(Budget(steps=100_000), host_functions=[Echo(), d]) as sb:
+        assert sb.run("return twice(21)").values == (42,)
+        assert d.direct == [(21,)] and d.full == [] and sb._resumer.directed == 1
+        # Declined (None): the dispatcher serves the same arguments.
+        assert sb.run('return twice("a", nil)').values == ("full",)
+        assert d.direct[-1] == (b"a", None) and d.full == [("a", None)]
+        # A flat table's call: the pairs' direct answer, with the pairs.
+        assert sb.run("return twice(1, {k = 5})").values == ("pairs", 1, 1, "k", 5)
+        assert d.direct[-1] == (1, 1, b"k", 5)
+        assert sb._resumer.directed == 2
+        # An answer only lupa would convert (a str, a table) breaks the contract: the
+        # call fails as a host failure, nothing of the answer reaches the mod.
+        out = sb.run('return pcall(twice, 1, {k = "text"})')
+        assert out.values[0] is True  # bytes: plain
+        out = sb.run("return pcall(twice, 1, {k = 1.5})")
+        assert out.values[0] is True
+        d.answer_str = True
+        out = sb.run("return pcall(twice, 1, {k = 1})")
+        assert out.values[0] is False and "host function failed" in out.values[1]
+        d.answer_str = False
+        assert sb._resumer.directed == 5
+        # The steps are charged as on every crossing: twice's cost, a step a pair.
+        # (A call that would overdraw the window, or finds the poll flag up, takes the
+        # prelude's way, and lupa's crossing: the dispatcher serves it.)
+        out = sb.run("for i = 1, 100 do twice(i) end")
+        assert out.ok and out.stats.steps == 300
+        assert sb._resumer.directed - 5 + len(d.full) - 1 == 100
+        # A direct answer that raises breaks its contract: the call fails as a host
+        # failure, logged, and nothing of it reaches the mod.
+        d.raises = True
+        full = len(d.full)
+        out = sb.run("return pcall(twice, 1)")
+        assert out.values[0] is False and "host function failed" in out.values[1]
+        assert len(d.full) == full
+
+
+def test_a_runtime_replaced_gets_direct_answers_of_its_own(monkeypatch):
+    monkeypatch.delenv(_runtime.CROSSING_ENV, raising=False)
+    d = Direct()
+    with Sandbox(Budget(steps=100_000), host_functions=[d]) as sb:
+        assert sb.run("return twice(2)").values == (4,)
+        first = sb._resumer
+        sb._open_runtime()  # as a replacement opens it (see Sandbox.reset)
+        assert sb._resumer is not first and first.directed == 1
+        assert sb.run("return twice(3)").values == (6,) and sb._resumer.directed == 1
