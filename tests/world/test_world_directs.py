@@ -186,3 +186,31 @@ def test_a_removed_binding_is_unavailable_at_once() -> None:
         lines = [line for _, line in game.tick().reports]
         assert len(lines) == 2 and all(
             line.startswith("false") and "[unavailable]" in line for line in lines)
+
+
+def test_recorded_calls_are_all_recorded() -> None:
+    body = 'rec(coreai_world_pos("a1"), coreai_world_change("a1", {z = 2}))'
+    with game_of(body, direct=True) as game:
+        game.tick()
+        game.tick()
+        game.registry.record_calls(10)
+        before = directed(game)
+        game.tick()
+        assert directed(game) == before
+        for mod in game.mods:
+            assert [r.binding for r in mod.api.calls] == [
+                "coreai_world_pos", "coreai_world_change", "report"]
+
+
+def test_a_world_put_in_place_of_the_games_is_the_one_read() -> None:
+    body = 'local x, y, z = coreai_world_pos("a1")\nrec(x, y, z, coreai_world_exists("a2"))'
+    with game_of(body, direct=True) as game:
+        game.tick()
+        assert [line for _, line in game.tick().reports] == ["0 0 0 true"] * 2
+        world = World()
+        world.submit("spawn", {"prefab": "cube", "name": "a1", "x": 7}, "a")
+        world.apply()
+        game.world = world
+        before = directed(game)
+        assert [line for _, line in game.tick().reports] == ["7 0 0 false"] * 2
+        assert directed(game) - before == 4
