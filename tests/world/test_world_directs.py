@@ -70,13 +70,16 @@ names = st.one_of(st.sampled_from(NAMES), numbers, st.booleans())
 
 @st.composite
 def calls(draw: Any) -> str:
-    kind = draw(st.sampled_from(["pos", "exists", "change", "change", "odd"]))
+    kind = draw(st.sampled_from(["pos", "exists", "change", "change", "odd", "transaction"]))
     name = lua(draw(names))
     if kind in ("pos", "exists"):
         return f"coreai_world_{kind}, {name}"
     if kind == "change":
         table = draw(st.dictionaries(keys, values, max_size=4))
         return f"coreai_world_change, {name}, {lua(table)}"
+    if kind == "transaction":  # a change inside one joins it, not the queue
+        return draw(st.sampled_from(["coreai_world_begin", "coreai_world_commit",
+                                     "coreai_world_rollback"]))
     return draw(st.sampled_from([
         "coreai_world_pos", f"coreai_world_pos, {name}, 1", "coreai_world_change",
         f"coreai_world_change, {name}", f"coreai_world_change, {name}, {{x = 1}}, 2",
@@ -214,3 +217,19 @@ def test_a_world_put_in_place_of_the_games_is_the_one_read() -> None:
         before = directed(game)
         assert [line for _, line in game.tick().reports] == ["7 0 0 false"] * 2
         assert directed(game) - before == 4
+
+
+def test_a_change_inside_a_transaction_joins_it() -> None:
+    # Rolled back on odd ticks, committed on even ones: a change the direct answer queued
+    # past the transaction would apply on every tick.
+    body = """coreai_world_begin()
+rec(coreai_world_change("a1", {x = t}), coreai_world_change("a2", {x = t, y = 1}))
+if t % 2 == 1 then rec(coreai_world_rollback()) else rec(coreai_world_commit()) end"""
+    seen = []
+    for direct in (True, False):
+        with game_of(body, direct=direct) as game:
+            seen.append(run(game, 4))
+            assert game.world.position("a1") == (4.0, 0.0, 0.0)
+            game.tick()
+            assert game.world.position("a1") == (4.0, 0.0, 0.0)  # tick 5: rolled back
+    assert seen[0] == seen[1]
