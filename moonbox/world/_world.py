@@ -390,10 +390,24 @@ class World:
         results: list[CommandResult] = []
         append = results.append
         place = self._place
+        by_name, entities, bound = self._by_name, self._entities, self.bound
         for command in pending:
             if type(command) is tuple:  # a change of placement (submit_placement)
                 if len(command) == 5:
                     command_id, mod, name, field, value = command
+                    # One coordinate or rotation within bounds, by the entity's owner or
+                    # the host: the commonest command of all, as _place applies it,
+                    # written out (a frame a command was a cost at 1,000 mods); anything
+                    # else, a refusal included, _place applies.
+                    eid = by_name.get(name)
+                    if eid is not None and field != "scale" and value is not None and \
+                            -bound <= value <= bound:
+                        entity = entities[eid]
+                        if mod is None or entity.owner == mod:
+                            setattr(entity, field, float(value) + 0.0)
+                            append(new_result(command_id, mod, "change", "applied", None,
+                                              f"changed {name}", (entity.name,)))
+                            continue
                     append(place(command_id, mod, name, {field: value}))
                 else:
                     append(place(*command))
