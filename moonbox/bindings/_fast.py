@@ -26,7 +26,8 @@ from pydantic.types import AllowInfNan
 __all__ = ["fast_checker", "lane_factory", "next_call_id", "pairs_lane_factory"]
 
 # Call ids: unique among every call of the process, so that calls from several registries
-# (a game and its forks) never share one. Every path takes one, the lane included.
+# (a game and its forks) never share one. Every path takes one, the lane included (not a
+# binding's direct answer, which nothing observes: see Binding.direct).
 next_call_id = itertools.count(1).__next__
 
 Checker = Callable[[tuple[Any, ...]], "tuple[Any, ...] | None"]

@@ -411,9 +411,13 @@ c_host(lua_State *L)
             id = id < 0 ? -1 - id : id;
             if (table != NULL && id >= 0 && id < PyTuple_GET_SIZE(table) &&
                     PyTuple_GET_ITEM(table, id) != Py_None) {
-                answer = PyObject_Vectorcall(PyTuple_GET_ITEM(table, id), argv + 1,
+                /* Held through the call: another thread (the watchdog abandoning the
+                 * runtime) may drop the tuple meanwhile. */
+                PyObject *direct = Py_NewRef(PyTuple_GET_ITEM(table, id));
+                answer = PyObject_Vectorcall(direct, argv + 1,
                                              (size_t)nargs | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                              NULL);
+                Py_DECREF(direct);
                 if (answer == Py_None) {
                     Py_DECREF(answer);
                     answer = PyObject_Vectorcall(r->dispatch, argv, (size_t)made, NULL);

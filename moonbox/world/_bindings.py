@@ -258,10 +258,16 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
     # dispatcher, lane or binding function between (Binding.direct): each is the lane's
     # checks and the function's work in one frame, answering only what it can vouch for
     # (a name of at most MAX_ARG_CHARS characters, placement fields of numbers) and
-    # declining everything else to the full path, which answers and explains it.
+    # declining everything else to the full path, which answers and explains it. The
+    # registry's version is read again before anything is answered or queued: a change
+    # meanwhile (another thread unloading the mod, removing the binding) declines, as the
+    # lane's check after its call aborts. Nothing observes these calls: they take no call
+    # id, and they are O(1), so the dispatcher's check of the deadline after a call is
+    # left to the meter's next poll.
     def pos_direct(mf: Any, registry: Any, api: Any) -> Callable[..., Any]:
         def direct(*args: Any) -> Any:
-            if mf._lane_version != registry._version or len(args) != 1:
+            version = registry._version
+            if mf._lane_version != version or len(args) != 1:
                 return None
             name = args[0]
             w = get_world()
@@ -269,22 +275,23 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
                 return None
             name = name.decode("utf-8", "replace")
             eid = w._by_name.get(name)
-            if eid is None or len(name) > MAX_ARG_CHARS:
-                return None  # nil, or an invalid name: the full path answers
+            if eid is None or len(name) > MAX_ARG_CHARS or registry._version != version:
+                return None  # nil, an invalid name, or the registry changed meanwhile
             e = w._entities[eid]
             return (e.x, e.y, e.z)
         return direct
 
     def exists_direct(mf: Any, registry: Any, api: Any) -> Callable[..., Any]:
         def direct(*args: Any) -> Any:
-            if mf._lane_version != registry._version or len(args) != 1:
+            version = registry._version
+            if mf._lane_version != version or len(args) != 1:
                 return None
             name = args[0]
             w = get_world()
             if type(name) is not bytes or type(w) is not World:
                 return None
             name = name.decode("utf-8", "replace")
-            if len(name) > MAX_ARG_CHARS:
+            if len(name) > MAX_ARG_CHARS or registry._version != version:
                 return None
             return name in w._by_name
         return direct
@@ -298,7 +305,8 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
             # (a, n, k1, v1, ...): as change_fast, with what its lane checks, and
             # World.submit_placement written out (its call was the costliest frame of a
             # change at 1,000 mods): the same checks, the same queue.
-            if mf._lane_version != registry._version or len(args) < 4:
+            version = registry._version
+            if mf._lane_version != version or len(args) < 4:
                 return None
             name, n = args[0], args[1]
             if type(name) is not bytes or type(n) is not int or len(args) != 2 + 2 * n:
@@ -319,8 +327,10 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
             name = name.decode("utf-8", "replace")
             w = get_world()
             if len(name) > MAX_ARG_CHARS or type(w) is not World or (
-                    w._transactions and mod_id in w._transactions):
-                return None  # a transaction's: submit_placement declines it too
+                    w._transactions and mod_id in w._transactions) or \
+                    registry._version != version:
+                return None  # a transaction's (submit_placement declines it too), or the
+                # registry changed meanwhile (another thread: the full path decides)
             pending, by_mod = w._pending, w._pending_by_mod
             mine = by_mod.get(mod_id, 0)
             if len(pending) >= w.max_pending or mine >= w.max_pending_per_mod:

@@ -16,9 +16,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from moonbox.bindings import Hook
+from moonbox.bindings import Hook, Permissions, Registry
 from moonbox.engine import Game
-from moonbox.world import World
+from moonbox.world import World, world_bindings
 
 # Owned by mod a, by mod b, by the host; "gone" never exists.
 OWNERS = {"a1": "a", "a2": "a", "b1": "b", "h1": None}
@@ -233,3 +233,34 @@ if t % 2 == 1 then rec(coreai_world_rollback()) else rec(coreai_world_commit()) 
             game.tick()
             assert game.world.position("a1") == (4.0, 0.0, 0.0)  # tick 5: rolled back
     assert seen[0] == seen[1]
+
+
+def test_a_registry_changed_during_the_answer_declines_it() -> None:
+    # The world's getter removes the binding while the direct answer runs (as another
+    # thread could): the answer is the full path's, which finds the binding gone.
+    world = World()
+    world.submit("spawn", {"prefab": "cube", "name": "a1", "x": 3}, "m")
+    world.apply()
+    remove = []
+
+    def current() -> World:
+        if remove:
+            registry.unregister(remove.pop())
+        return world
+
+    registry = Registry(world_bindings(current))
+    api = registry.mod("m", Permissions(mode="full"))
+    with api.sandbox() as sb:
+        assert sb.run('return coreai_world_pos("a1")').values == (3.0, 0.0, 0.0)
+        assert sb.run('return coreai_world_pos("a1")').values == (3.0, 0.0, 0.0)
+        assert sb._resumer.directed == 1  # the first call refreshed the registry's view
+        for name, call in (("coreai_world_exists", 'coreai_world_exists("a1")'),
+                           ("coreai_world_change", 'coreai_world_change("a1", {x = 1})'),
+                           ("coreai_world_pos", 'coreai_world_pos("a1")')):
+            sb.run(f"return {call}")  # served once, then the binding goes while it runs
+            remove.append(name)
+            out = sb.run(f"return pcall(function() return {call} end)")
+            assert out.values[0] is False and "[unavailable]" in out.values[1], out.values
+        # The change served before its binding went is queued; the refused one is not.
+        assert [c.id for c in world.pending] == [2]
+    registry.close()
