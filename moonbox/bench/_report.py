@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -104,20 +105,30 @@ def run_bench(console: Console, *, quick: bool, as_json: bool) -> int:
     0 whatever the targets say (timings on shared machines are noisy); 1 if the benchmark
     itself failed (a workload errored or the modes disagreed on a checksum).
     """
+    return _measured(console, as_json, "measuring: raw LuaJIT, metered and no-jit, "
+                     "interleaved; then process isolation...",
+                     lambda progress: measure(quick), _render)
+
+
+def _measured(console: Console, as_json: bool, status: str,
+              measure_with: Callable[[Callable[[str], Any] | None], dict[str, Any]],
+              render: Callable[[dict[str, Any], Console], None]) -> int:
+    """What every ``moonbox bench`` does: ``measure_with(progress)`` (``progress`` None for
+    JSON, else the status line's update, ``status`` first), then the report as one JSON
+    object or rendered. 1 if the measurement failed (said on stderr), else 0."""
     try:
         if as_json:
-            report = measure(quick)
+            report = measure_with(None)
         else:
-            with console.status("measuring: raw LuaJIT, metered and no-jit, interleaved; "
-                                "then process isolation..."):
-                report = measure(quick)
+            with console.status(status) as shown:
+                report = measure_with(shown.update)
     except MoonboxError as exc:
         Console(stderr=True, highlight=False).print(f"[bold red]bench failed:[/] {exc}")
         return 1
     if as_json:
         console.out(json.dumps(report, ensure_ascii=False), highlight=False)
     else:
-        _render(report, console)
+        render(report, console)
     return 0
 
 
@@ -173,22 +184,14 @@ def run_suite_bench(console: Console, *, rounds: int, nojit: bool,
     exit status: 0 whatever the targets say, 1 if the benchmark itself failed (a program
     failed, or returned another checksum than raw LuaJIT's)."""
     modes: tuple[Mode, ...] = ("raw", "metered", "nojit") if nojit else ("raw", "metered")
-    try:
-        if as_json:
-            report = run_suite(rounds, modes, names)
-        else:
-            with console.status("measuring the suite: raw LuaJIT and moonbox, "
-                                "interleaved...") as status:
-                report = run_suite(rounds, modes, names, progress=status.update)
-    except MoonboxError as exc:
-        Console(stderr=True, highlight=False).print(f"[bold red]bench failed:[/] {exc}")
-        return 1
-    report["environment"] = _environment()
-    if as_json:
-        console.out(json.dumps(report, ensure_ascii=False), highlight=False)
-    else:
-        _render_suite(report, console)
-    return 0
+
+    def measure_with(progress: Callable[[str], Any] | None) -> dict[str, Any]:
+        report = run_suite(rounds, modes, names, progress=progress)
+        report["environment"] = _environment()
+        return report
+
+    return _measured(console, as_json, "measuring the suite: raw LuaJIT and moonbox, "
+                     "interleaved...", measure_with, _render_suite)
 
 
 def _render_engine(report: dict[str, Any], console: Console) -> None:
@@ -227,19 +230,12 @@ def run_engine_bench(console: Console, *, quick: bool, as_json: bool) -> int:
     from ._engine import ENGINE_WARM_TICKS, measure_engine
 
     mods, warm = (500, 60) if quick else (1000, ENGINE_WARM_TICKS)
-    try:
-        if as_json:
-            report = measure_engine(mods, 20, warm)
-        else:
-            with console.status("measuring the engine...") as status:
-                report = measure_engine(mods, 20, warm, progress=status.update)
-    except MoonboxError as exc:
-        Console(stderr=True, highlight=False).print(f"[bold red]bench failed:[/] {exc}")
-        return 1
-    report["quick"] = quick
-    report["environment"] = _environment()
-    if as_json:
-        console.out(json.dumps(report, ensure_ascii=False), highlight=False)
-    else:
-        _render_engine(report, console)
-    return 0
+
+    def measure_with(progress: Callable[[str], Any] | None) -> dict[str, Any]:
+        report = measure_engine(mods, 20, warm, progress=progress)
+        report["quick"] = quick
+        report["environment"] = _environment()
+        return report
+
+    return _measured(console, as_json, "measuring the engine...", measure_with,
+                     _render_engine)
