@@ -482,13 +482,13 @@ class Sandbox:
     def _directs(self) -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]:
         # What the compiled crossing calls itself, by index (HostFunction.make_direct):
         # for plain calls, and for calls (a, t) whose flat table crossed as its pairs.
-        made: list[list[Any]] = [[], []]
-        for hf in self._host_functions:
-            make = getattr(hf, "make_direct", None)
-            for pairs, directs in enumerate(made):
-                directs.append(None if make is None else make(self, bool(pairs)))
-        plain, pairs = (tuple(d) if any(f is not None for f in d) else None for d in made)
-        return plain, pairs
+        makers = [getattr(hf, "make_direct", None) for hf in self._host_functions]
+
+        def made(pairs: bool) -> tuple[Any, ...] | None:
+            directs = tuple(None if make is None else make(self, pairs) for make in makers)
+            return directs if any(d is not None for d in directs) else None
+
+        return made(False), made(True)
 
     def _stall_at(self) -> float:
         """When the host stops waiting for the running resume (the watchdog reads it)."""

@@ -264,37 +264,29 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
     # lane's check after its call aborts. Nothing observes these calls: they take no call
     # id, and they are O(1), so the dispatcher's check of the deadline after a call is
     # left to the meter's next poll.
-    def pos_direct(mf: Any, registry: Any, api: Any) -> Callable[..., Any]:
-        def direct(*args: Any) -> Any:
-            version = registry._version
-            if mf._lane_version != version or len(args) != 1:
-                return None
-            name = args[0]
-            w = get_world()
-            if type(name) is not bytes or type(w) is not World:
-                return None
-            name = name.decode("utf-8", "replace")
-            eid = w._by_name.get(name)
-            if eid is None or len(name) > MAX_ARG_CHARS or registry._version != version:
-                return None  # nil, an invalid name, or the registry changed meanwhile
-            e = w._entities[eid]
-            return (e.x, e.y, e.z)
-        return direct
-
-    def exists_direct(mf: Any, registry: Any, api: Any) -> Callable[..., Any]:
-        def direct(*args: Any) -> Any:
-            version = registry._version
-            if mf._lane_version != version or len(args) != 1:
-                return None
-            name = args[0]
-            w = get_world()
-            if type(name) is not bytes or type(w) is not World:
-                return None
-            name = name.decode("utf-8", "replace")
-            if len(name) > MAX_ARG_CHARS or registry._version != version:
-                return None
-            return name in w._by_name
-        return direct
+    def read_direct(position: bool) -> Callable[..., Callable[..., Any]]:
+        # pos's (position) or exists' direct answer: the same checks, then the read.
+        def make(mf: Any, registry: Any, api: Any) -> Callable[..., Any]:
+            def direct(*args: Any) -> Any:
+                version = registry._version
+                if mf._lane_version != version or len(args) != 1:
+                    return None
+                name = args[0]
+                w = get_world()
+                if type(name) is not bytes or type(w) is not World:
+                    return None
+                name = name.decode("utf-8", "replace")
+                if len(name) > MAX_ARG_CHARS or registry._version != version:
+                    return None  # an invalid name, or the registry changed meanwhile
+                eid = w._by_name.get(name)
+                if not position:
+                    return eid is not None
+                if eid is None:
+                    return None  # nil: the full path answers it
+                e = w._entities[eid]
+                return (e.x, e.y, e.z)
+            return direct
+        return make
 
     def change_direct(mf: Any, registry: Any, api: Any) -> Callable[..., Any] | None:
         mod_id = getattr(api, "mod_id", None)
@@ -368,8 +360,8 @@ def world_bindings(world: World | Callable[[], World]) -> tuple[Binding, ...]:
              "Queue the open transaction, applied all or none; returns its size."),
         make("rollback", NoArgs, rollback, "write", 1,
              "Drop the open transaction; returns how many commands it held."),
-        make("exists", NameArgs, exists, "read", 1, unpack=True, direct=exists_direct),
-        make("pos", NameArgs, pos, "read", 1, unpack=True, direct=pos_direct),
+        make("exists", NameArgs, exists, "read", 1, unpack=True, direct=read_direct(False)),
+        make("pos", NameArgs, pos, "read", 1, unpack=True, direct=read_direct(True)),
         make("get", NameArgs, get, "read", 2, unpack=True),
         make("find", FindArgs, find, "read", 10, unpack=True),
         make("list_prefabs", NoArgs, list_prefabs, "read", 5),
